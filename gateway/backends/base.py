@@ -1,0 +1,161 @@
+"""The Backend interface: what the core needs from a storage system.
+
+Backends are async and trio-native. They take and return :class:`RecordBatch` objects (never
+per-record calls), declare what they can do in :class:`Capabilities`, and raise
+:class:`GatewayError` with a canonical code. An operation a backend cannot do raises
+``ErrorCode.UNSUPPORTED`` (the default implementations below do exactly that), so the conformance
+suite can assert it instead of skipping.
+
+Offsets follow the model: dense, 0-based per partition; ``append`` returns the first and last
+offset given to the batch; ``read`` returns batch windows starting exactly at the requested offset.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import trio
+
+from gateway.model import (
+    AppendResult,
+    ErrorCode,
+    GatewayError,
+    PartitionInfo,
+    RecordBatch,
+    TopicInfo,
+)
+
+AppendListener = Callable[[str, int, int], None]
+"""Called with (topic, partition, new high watermark) after records become readable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    headers: bool = True
+    timestamps: bool = True
+    keys: bool = True
+    topic_admin: bool = True
+    delete_partitions: bool = True
+    offset_for_timestamp: bool = True
+    kv_store: bool = True
+    durable: bool = False
+    notifies_appends: bool = True
+    """True when every append becomes visible through ``append_listener`` (local backends).
+    False: the core's waiters poll ``partition_info`` instead."""
+
+
+def unsupported(what: str, backend: str) -> GatewayError:
+    return GatewayError(ErrorCode.UNSUPPORTED, f"backend {backend!r} does not support {what}")
+
+
+class Backend(abc.ABC):
+    """One configured storage system. ``name`` is its key in the ``[backends]`` config table."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    type_name: ClassVar[str] = ""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.append_listener: AppendListener | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open(self, nursery: trio.Nursery) -> None:  # noqa: B027 - optional hook
+        """Connect / recover. Background tasks (fsync timers, reconnects) go into ``nursery``."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Flush and release everything; background tasks must end."""
+
+    async def flush(self) -> None:  # noqa: B027 - optional hook
+        """Make every acknowledged append durable under the configured policy."""
+
+    async def health(self) -> tuple[bool, str]:
+        """(reachable, reason) for /readyz."""
+        return True, "ok"
+
+    def describe(self) -> dict[str, Any]:
+        """Static facts for the status page."""
+        return {"name": self.name, "type": self.type_name}
+
+    def _appended(self, topic: str, partition: int, high_watermark: int) -> None:
+        if self.append_listener is not None:
+            self.append_listener(topic, partition, high_watermark)
+
+    # ------------------------------------------------------------------ topics
+    @abc.abstractmethod
+    async def create_topic(
+        self, name: str, partitions: int, config: tuple[tuple[str, str], ...] = ()
+    ) -> TopicInfo:
+        """Raises TOPIC_EXISTS, INVALID_TOPIC, INVALID_PARTITIONS."""
+
+    async def delete_topic(self, name: str) -> None:
+        raise unsupported("deleting topics", self.name)
+
+    @abc.abstractmethod
+    async def list_topics(self) -> list[TopicInfo]: ...
+
+    @abc.abstractmethod
+    async def topic(self, name: str) -> TopicInfo:
+        """Raises UNKNOWN_TOPIC."""
+
+    async def create_partitions(self, name: str, count: int) -> TopicInfo:
+        raise unsupported("adding partitions", self.name)
+
+    async def delete_partitions(self, name: str, count: int) -> TopicInfo:
+        raise unsupported("deleting partitions", self.name)
+
+    # ------------------------------------------------------------------ data
+    @abc.abstractmethod
+    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+        """Store ``batch`` at the end of the partition. Returns once it is acknowledged-durable
+        under the backend's policy. Raises UNKNOWN_TOPIC / UNKNOWN_PARTITION."""
+
+    @abc.abstractmethod
+    async def read(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> list[RecordBatch]:
+        """Batches from ``offset`` (the first window starts exactly there), at most
+        ``max_records`` records, stopping once ``max_bytes`` is reached but always returning at
+        least one batch when data exists. ``offset == high watermark`` gives ``[]``.
+        Raises OFFSET_OUT_OF_RANGE outside ``[log start, high watermark]``."""
+
+    @abc.abstractmethod
+    async def partition_info(self, topic: str, partition: int) -> PartitionInfo: ...
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_us: int) -> int:
+        """The first offset whose timestamp is >= ``timestamp_us``; the high watermark if none."""
+        raise unsupported("offset lookup by timestamp", self.name)
+
+    # ------------------------------------------------------------------ key-value store
+    async def kv_get(self, namespace: str, key: str) -> bytes | None:
+        raise unsupported("a key-value store", self.name)
+
+    async def kv_put(self, namespace: str, key: str, value: bytes) -> None:
+        raise unsupported("a key-value store", self.name)
+
+    async def kv_delete(self, namespace: str, key: str) -> None:
+        raise unsupported("a key-value store", self.name)
+
+    async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        raise unsupported("a key-value store", self.name)
+
+
+def check_topic_name(name: str) -> None:
+    """The topic names every backend accepts: 1..249 of ``[A-Za-z0-9._-]``, not ``.``/``..``."""
+    if not name or len(name) > 249 or name in {".", ".."}:
+        raise GatewayError(ErrorCode.INVALID_TOPIC, f"invalid topic name {name!r}")
+    for ch in name:
+        if not (ch.isascii() and (ch.isalnum() or ch in "._-")):
+            raise GatewayError(
+                ErrorCode.INVALID_TOPIC,
+                f"invalid topic name {name!r}: only ASCII letters, digits, '.', '_' and '-'",
+            )
+
+
+def check_partitions(count: int) -> None:
+    if count < 1 or count > 100_000:
+        raise GatewayError(
+            ErrorCode.INVALID_PARTITIONS, f"partition count must be 1..100000, got {count}"
+        )

@@ -1,0 +1,353 @@
+"""Configuration: a TOML file plus ``GATEWAY_<SECTION>__<KEY>`` environment overrides, turned into
+frozen dataclasses. Every problem is reported with its key, the value found and what was expected,
+and all problems are reported at once (``gateway check-config``).
+
+Shape (names are a contract)::
+
+    [server]                 data_dir, log_format, log_level, auto_create_topics, default_partitions
+    [admin]                  enabled, host, port
+    [listeners.<protocol>]   keys of the protocol's ListenerConfig subclass
+    [backends.NAME]          type = "embedded" | "memory" | ..., plus the type's keys
+    [[routes]]               topic = "glob", backend = "NAME"   (first match wins)
+
+Protocol and backend keys are declared by their own modules (the registries), not here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.protocols.base import ListenerConfig
+
+ENV_PREFIX = "GATEWAY_"
+LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(Exception):
+    """One or more configuration problems; ``problems`` lists each as one line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    data_dir: str = "data"
+    log_format: str = "auto"
+    log_level: str = "info"
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    shutdown_grace_s: float = 10.0
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.log_format not in LOG_FORMATS:
+            problems.append(
+                f"server.log_format: got {self.log_format!r}, expected one of {LOG_FORMATS}"
+            )
+        if self.log_level not in LOG_LEVELS:
+            problems.append(
+                f"server.log_level: got {self.log_level!r}, expected one of {LOG_LEVELS}"
+            )
+        if not 1 <= self.default_partitions <= 100_000:
+            problems.append(
+                f"server.default_partitions: got {self.default_partitions}, expected 1..100000"
+            )
+        return problems
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9644
+
+
+@dataclass(frozen=True, slots=True)
+class BackendConfig:
+    name: str
+    type: str
+    options: Any  # the type's own frozen dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RouteConfig:
+    topic: str
+    backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
+    listeners: Mapping[str, ListenerConfig] = field(default_factory=dict)
+    backends: Mapping[str, BackendConfig] = field(default_factory=dict)
+    routes: tuple[RouteConfig, ...] = ()
+    source: str = "<defaults>"
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.server.data_dir)
+
+
+# ----------------------------------------------------------------------------- conversion
+
+
+def _describe(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _type_name(tp: Any) -> str:
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        return "a list"
+    if origin in (dict, Mapping) or tp is dict:
+        return "a table"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    """``value`` as type ``tp``, or raise TypeError. Lenient only where TOML is ambiguous
+    (an int where a float is expected)."""
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise TypeError
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise TypeError
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise TypeError
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise TypeError
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if arg is type(None):
+                if value is None:
+                    return None
+                continue
+            try:
+                return _convert(arg, value)
+            except TypeError:
+                continue
+        raise TypeError
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise TypeError
+        args = typing.get_args(tp)
+        inner = args[0] if args else Any
+        items = [_convert(inner, v) for v in value]
+        return tuple(items) if origin is tuple else items
+    if origin in (dict, Mapping) or tp is dict:
+        if not isinstance(value, dict):
+            raise TypeError
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise TypeError
+        return value
+    raise TypeError
+
+
+def build_dataclass(cls: type, data: Mapping[str, Any], where: str, problems: list[str]) -> Any:
+    """An instance of the frozen dataclass ``cls`` from ``data``; problems are appended (key,
+    value, expectation) and defaults are used for the bad keys so every problem is found."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            problems.append(
+                f"{where}.{key}: unknown key (value {value!r}); expected one of "
+                f"{', '.join(sorted(known))}"
+            )
+            continue
+        tp = hints[key]
+        try:
+            kwargs[key] = _convert(tp, value)
+        except TypeError:
+            problems.append(f"{where}.{key}: got {_describe(value)}, expected {_type_name(tp)}")
+    try:
+        obj = cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        problems.append(f"{where}: {exc}")
+        return None
+    for f in dataclasses.fields(cls):
+        v = getattr(obj, f.name)
+        if f.name.endswith("port") and isinstance(v, int) and not 0 <= v <= 65535:
+            problems.append(f"{where}.{f.name}: got {v}, expected a port number 0..65535")
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        for p in validate():
+            problems.append(p if p.startswith(where) else f"{where}.{p}")
+    return obj
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Overlay ``GATEWAY_SECTION__SUB__KEY=value`` onto ``data`` (keys lowercased; the value is
+    read as a TOML value when it parses as one, else as a string)."""
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        node = data
+        for part in path[:-1]:
+            nxt = node.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                node[part] = nxt
+            node = nxt
+        node[path[-1]] = _parse_env_value(raw)
+    return data
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _listener_specs() -> dict[str, type[ListenerConfig]]:
+    from gateway.protocols import REGISTRY, get_protocol
+
+    return {name: get_protocol(name).config_class for name in REGISTRY}
+
+
+def parse_config(data: Mapping[str, Any], source: str = "<dict>") -> GatewayConfig:
+    """A validated GatewayConfig, or ConfigError listing every problem."""
+    from gateway.backends import REGISTRY as BACKEND_TYPES
+    from gateway.backends import get_backend_spec
+
+    problems: list[str] = []
+    top_known = {"server", "admin", "listeners", "backends", "routes"}
+    for key in data:
+        if key not in top_known:
+            problems.append(f"{key}: unknown section; expected one of {', '.join(sorted(top_known))}")
+
+    def table(key: str) -> Mapping[str, Any]:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            problems.append(f"{key}: got {_describe(value)}, expected a table")
+            return {}
+        return value
+
+    server = build_dataclass(ServerConfig, table("server"), "server", problems) or ServerConfig()
+    admin = build_dataclass(AdminConfig, table("admin"), "admin", problems) or AdminConfig()
+
+    specs = _listener_specs()
+    listeners: dict[str, ListenerConfig] = {}
+    for name, section in table("listeners").items():
+        where = f"listeners.{name}"
+        if name not in specs:
+            problems.append(
+                f"{where}: unknown protocol {name!r}; expected one of {', '.join(sorted(specs))}"
+            )
+            continue
+        if not isinstance(section, dict):
+            problems.append(f"{where}: got {_describe(section)}, expected a table")
+            continue
+        cfg = build_dataclass(specs[name], section, where, problems)
+        if cfg is not None:
+            listeners[name] = cfg
+
+    backends: dict[str, BackendConfig] = {}
+    for name, section in table("backends").items():
+        where = f"backends.{name}"
+        if not isinstance(section, dict):
+            problems.append(f"{where}: got {_describe(section)}, expected a table")
+            continue
+        section = dict(section)
+        type_name = section.pop("type", None)
+        if type_name not in BACKEND_TYPES:
+            problems.append(
+                f"{where}.type: got {type_name!r}, expected one of "
+                f"{', '.join(sorted(BACKEND_TYPES))}"
+            )
+            continue
+        spec = get_backend_spec(type_name)
+        options = build_dataclass(spec.config_class, section, where, problems)
+        if options is not None:
+            backends[name] = BackendConfig(name, type_name, options)
+    if not backends and not any(p.startswith("backends.") for p in problems):
+        backends["default"] = BackendConfig(
+            "default", "embedded", get_backend_spec("embedded").config_class()
+        )
+
+    routes: list[RouteConfig] = []
+    raw_routes = data.get("routes", [])
+    if not isinstance(raw_routes, list):
+        problems.append(f"routes: got {_describe(raw_routes)}, expected an array of tables")
+        raw_routes = []
+    for i, r in enumerate(raw_routes):
+        where = f"routes[{i}]"
+        if not isinstance(r, dict):
+            problems.append(f"{where}: got {_describe(r)}, expected a table")
+            continue
+        route = build_dataclass(RouteConfig, r, where, problems)
+        if route is None:
+            continue
+        if route.backend not in backends:
+            problems.append(
+                f"{where}.backend: got {route.backend!r}, expected one of the configured "
+                f"backends ({', '.join(sorted(backends)) or 'none'})"
+            )
+        routes.append(route)
+    if backends and not any(r.topic == "*" for r in routes):
+        routes.append(RouteConfig("*", next(iter(backends))))
+
+    if problems:
+        raise ConfigError(problems)
+    return GatewayConfig(server, admin, listeners, backends, tuple(routes), source)
+
+
+def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
+                ) -> GatewayConfig:
+    """Read ``path`` (or only defaults when None), apply the environment, validate."""
+    data: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError([f"{path}: file not found"]) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    data = apply_env(data, os.environ if environ is None else environ)
+    return parse_config(data, source)

@@ -1,0 +1,1 @@
+"""Protocol- and backend-neutral machinery: routing, waiting, groups, the command engine."""

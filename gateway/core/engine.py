@@ -1,0 +1,293 @@
+"""The core: executes the model's commands against the routed backends.
+
+Sessions call ``await core.execute(command)`` and get the command's result or a GatewayError.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import trio
+
+from gateway.backends.base import Backend
+from gateway.core.groups import GroupCoordinator
+from gateway.core.idempotence import ProducerRegistry
+from gateway.core.partitioner import partition_for_key
+from gateway.core.router import Router
+from gateway.core.waiters import Waiters
+from gateway.model import (
+    AppendResult,
+    CommitOffset,
+    CommittedOffset,
+    CreatePartitions,
+    CreateTopic,
+    DeletePartitions,
+    DeleteTopic,
+    DescribeGroup,
+    DescribeTopic,
+    ErrorCode,
+    Fetch,
+    FetchOffset,
+    FetchResult,
+    GatewayError,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    ListOffsets,
+    ListOffsetsResult,
+    ListTopics,
+    OffsetSpec,
+    Partitioning,
+    Ping,
+    Produce,
+    ProduceResult,
+    Record,
+    RecordBatch,
+    Stats,
+    StatsResult,
+    SyncGroup,
+    TopicDescription,
+    TopicInfo,
+)
+
+
+class Core:
+    def __init__(
+        self,
+        backends: Mapping[str, Backend],
+        routes: list[tuple[str, str]],
+        *,
+        auto_create_topics: bool = True,
+        default_partitions: int = 1,
+    ) -> None:
+        self.router = Router(backends, routes)
+        self.waiters = Waiters()
+        self.groups = GroupCoordinator(self.router.backend_for, self.router.default_backend)
+        self.producers = ProducerRegistry()
+        self.auto_create_topics = auto_create_topics
+        self.default_partitions = default_partitions
+        self._round_robin = itertools.count()
+        for backend in backends.values():
+            backend.append_listener = self.waiters.notify
+        self._handlers: dict[type, Callable[[Any], Awaitable[Any]]] = {
+            CreateTopic: self._create_topic,
+            DeleteTopic: self._delete_topic,
+            ListTopics: self._list_topics,
+            DescribeTopic: self._describe_topic,
+            CreatePartitions: self._create_partitions,
+            DeletePartitions: self._delete_partitions,
+            Produce: self.produce,
+            Fetch: self.fetch,
+            ListOffsets: self._list_offsets,
+            CommitOffset: self._commit,
+            FetchOffset: self._fetch_offset,
+            JoinGroup: self._join,
+            SyncGroup: self._sync,
+            Heartbeat: self._heartbeat,
+            LeaveGroup: self._leave,
+            DescribeGroup: self._describe_group,
+            Stats: self._stats,
+            Ping: self._ping,
+        }
+
+    @property
+    def backends(self) -> dict[str, Backend]:
+        return self.router.backends
+
+    async def execute(self, command: Any) -> Any:
+        handler = self._handlers.get(type(command))
+        if handler is None:
+            raise GatewayError(ErrorCode.INVALID_REQUEST, f"unknown command {command!r}")
+        return await handler(command)
+
+    # ------------------------------------------------------------------ topics
+    async def _create_topic(self, cmd: CreateTopic) -> TopicInfo:
+        partitions = cmd.partitions if cmd.partitions is not None else self.default_partitions
+        return await self.router.backend_for(cmd.topic).create_topic(
+            cmd.topic, partitions, cmd.config
+        )
+
+    async def _delete_topic(self, cmd: DeleteTopic) -> None:
+        await self.router.backend_for(cmd.topic).delete_topic(cmd.topic)
+        self.waiters.notify_all()
+
+    async def _list_topics(self, cmd: ListTopics) -> list[TopicInfo]:
+        seen: dict[str, TopicInfo] = {}
+        for backend in self.router.backends.values():
+            for info in await backend.list_topics():
+                # a topic is listed by the backend its route points to
+                if self.router.backend_for(info.name) is backend:
+                    seen.setdefault(info.name, info)
+        return [seen[name] for name in sorted(seen)]
+
+    async def topic(self, name: str, create: bool = False) -> TopicInfo:
+        backend = self.router.backend_for(name)
+        try:
+            return await backend.topic(name)
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_TOPIC or not (create and self.auto_create_topics):
+                raise
+        try:
+            return await backend.create_topic(name, self.default_partitions)
+        except GatewayError as exc:
+            if exc.code is ErrorCode.TOPIC_EXISTS:  # created concurrently
+                return await backend.topic(name)
+            raise
+
+    async def _describe_topic(self, cmd: DescribeTopic) -> TopicDescription:
+        info = await self.topic(cmd.topic, cmd.create)
+        backend = self.router.backend_for(cmd.topic)
+        parts = tuple(
+            [await backend.partition_info(cmd.topic, p) for p in range(info.partitions)]
+        )
+        return TopicDescription(info, parts)
+
+    async def _create_partitions(self, cmd: CreatePartitions) -> TopicInfo:
+        return await self.router.backend_for(cmd.topic).create_partitions(cmd.topic, cmd.count)
+
+    async def _delete_partitions(self, cmd: DeletePartitions) -> TopicInfo:
+        info = await self.router.backend_for(cmd.topic).delete_partitions(cmd.topic, cmd.count)
+        self.waiters.notify_all()
+        return info
+
+    # ------------------------------------------------------------------ data
+    async def produce(self, cmd: Produce) -> ProduceResult:
+        backend = self.router.backend_for(cmd.topic)
+        if cmd.partition is not None:
+            if cmd.producer_id is not None and cmd.sequence is not None:
+                result = await self.producers.append(
+                    backend, cmd.topic, cmd.partition, cmd.batch,
+                    cmd.producer_id, cmd.producer_epoch, cmd.sequence,
+                )
+            else:
+                result = await backend.append(cmd.topic, cmd.partition, cmd.batch)
+            return ProduceResult(cmd.topic, (result,))
+        info = await backend.topic(cmd.topic)
+        if cmd.partitioning is Partitioning.KEY_HASH:
+            by_partition: dict[int, list[Record]] = {}
+            rr = next(self._round_robin) % info.partitions
+            for record in cmd.batch.records:
+                p = (
+                    partition_for_key(record.key, info.partitions)
+                    if record.key is not None
+                    else rr
+                )
+                by_partition.setdefault(p, []).append(record)
+            appends: list[AppendResult] = []
+            for p in sorted(by_partition):
+                appends.append(
+                    await backend.append(cmd.topic, p, RecordBatch(by_partition[p]))
+                )
+            return ProduceResult(cmd.topic, tuple(appends))
+        p = next(self._round_robin) % info.partitions
+        return ProduceResult(cmd.topic, (await backend.append(cmd.topic, p, cmd.batch),))
+
+    async def fetch(self, cmd: Fetch) -> FetchResult:
+        """Read from ``cmd.offset``; at the log end wait (max_wait_ms) until ``min_bytes``."""
+        backend = self.router.backend_for(cmd.topic)
+        deadline = trio.current_time() + cmd.max_wait_ms / 1000
+        batches: list[RecordBatch] = []
+        offset = cmd.offset
+        got_records = got_bytes = 0
+        while True:
+            new = await backend.read(
+                cmd.topic,
+                cmd.partition,
+                offset,
+                cmd.max_records - got_records,
+                max(1, cmd.max_bytes - got_bytes) if batches else cmd.max_bytes,
+            )
+            for b in new:
+                batches.append(b)
+                got_records += b.count
+                got_bytes += b.size_bytes
+                offset = b.last_offset + 1
+            if (
+                got_bytes >= cmd.min_bytes
+                or got_records >= cmd.max_records
+                or got_bytes >= cmd.max_bytes
+                or trio.current_time() >= deadline
+            ):
+                break
+            if backend.capabilities.notifies_appends:
+                part = await backend.partition_info(cmd.topic, cmd.partition)
+                if part.high_watermark > offset:
+                    continue
+                await self.waiters.wait(cmd.topic, cmd.partition, deadline)
+            else:
+                target = offset
+
+                async def has_data(target: int = target) -> bool:
+                    info = await backend.partition_info(cmd.topic, cmd.partition)
+                    return info.high_watermark > target
+
+                await self.waiters.poll(has_data, deadline)
+        part = await backend.partition_info(cmd.topic, cmd.partition)
+        return FetchResult(
+            cmd.topic, cmd.partition, tuple(batches), part.high_watermark, part.log_start_offset
+        )
+
+    async def _list_offsets(self, cmd: ListOffsets) -> ListOffsetsResult:
+        backend = self.router.backend_for(cmd.topic)
+        part = await backend.partition_info(cmd.topic, cmd.partition)
+        if cmd.timestamp_us == OffsetSpec.LATEST:
+            offset = part.high_watermark
+        elif cmd.timestamp_us == OffsetSpec.EARLIEST:
+            offset = part.log_start_offset
+        else:
+            offset = await backend.offset_for_timestamp(cmd.topic, cmd.partition, cmd.timestamp_us)
+        return ListOffsetsResult(offset, part.log_start_offset, part.high_watermark)
+
+    # ------------------------------------------------------------------ groups
+    async def _partition_count(self, topic: str) -> int:
+        try:
+            return (await self.router.backend_for(topic).topic(topic)).partitions
+        except GatewayError as exc:
+            if exc.code is ErrorCode.UNKNOWN_TOPIC:
+                return 0
+            raise
+
+    async def _commit(self, cmd: CommitOffset) -> None:
+        await self.groups.commit(cmd.group, cmd.topic, cmd.partition, cmd.offset, cmd.metadata)
+
+    async def _fetch_offset(self, cmd: FetchOffset) -> CommittedOffset:
+        return await self.groups.fetch(cmd.group, cmd.topic, cmd.partition)
+
+    async def _join(self, cmd: JoinGroup) -> Any:
+        return await self.groups.join(
+            cmd.group, cmd.topics, cmd.member_id, cmd.session_timeout_ms, self._partition_count
+        )
+
+    async def _sync(self, cmd: SyncGroup) -> Any:
+        return await self.groups.sync(
+            cmd.group, cmd.member_id, cmd.generation, self._partition_count
+        )
+
+    async def _heartbeat(self, cmd: Heartbeat) -> None:
+        await self.groups.heartbeat(
+            cmd.group, cmd.member_id, cmd.generation, self._partition_count
+        )
+
+    async def _leave(self, cmd: LeaveGroup) -> None:
+        await self.groups.leave(cmd.group, cmd.member_id, self._partition_count)
+
+    async def _describe_group(self, cmd: DescribeGroup) -> Any:
+        return self.groups.describe(cmd.group)
+
+    # ------------------------------------------------------------------ misc
+    async def _stats(self, cmd: Stats) -> StatsResult:
+        topics = await self._list_topics(ListTopics())
+        partitions = records = 0
+        for info in topics:
+            backend = self.router.backend_for(info.name)
+            for p in range(info.partitions):
+                part = await backend.partition_info(info.name, p)
+                partitions += 1
+                records += part.high_watermark - part.log_start_offset
+        return StatsResult(len(topics), partitions, records)
+
+    async def _ping(self, cmd: Ping) -> float:
+        return time.time()

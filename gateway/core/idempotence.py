@@ -1,0 +1,60 @@
+"""Idempotent producers: (producer id, epoch, sequence) de-duplication per partition.
+
+A retry of the last acknowledged batch (same producer, epoch and first sequence) is answered with
+the offsets it got the first time, without appending again; a gap in the sequence is refused.
+State is in memory: it protects against client retries within one gateway's lifetime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.backends.base import Backend
+from gateway.model import AppendResult, ErrorCode, GatewayError, RecordBatch
+
+
+@dataclass
+class _ProducerState:
+    epoch: int
+    first_seq: int
+    last_seq: int
+    result: AppendResult
+
+
+class ProducerRegistry:
+    def __init__(self) -> None:
+        self._state: dict[tuple[str, int, int], _ProducerState] = {}
+
+    async def append(
+        self,
+        backend: Backend,
+        topic: str,
+        partition: int,
+        batch: RecordBatch,
+        producer_id: int,
+        epoch: int,
+        sequence: int,
+    ) -> AppendResult:
+        key = (topic, partition, producer_id)
+        state = self._state.get(key)
+        if state is not None and epoch == state.epoch:
+            if sequence == state.first_seq:
+                r = state.result
+                return AppendResult(r.partition, r.base_offset, r.last_offset, r.timestamp_us, True)
+            if sequence <= state.last_seq:
+                raise GatewayError(
+                    ErrorCode.DUPLICATE_SEQUENCE,
+                    f"sequence {sequence} of producer {producer_id} was already written",
+                )
+            if sequence != state.last_seq + 1:
+                raise GatewayError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE,
+                    f"producer {producer_id} sent sequence {sequence}, expected {state.last_seq + 1}",
+                )
+        elif state is not None and epoch < state.epoch:
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST, f"producer {producer_id} epoch {epoch} is fenced"
+            )
+        result = await backend.append(topic, partition, batch)
+        self._state[key] = _ProducerState(epoch, sequence, sequence + batch.count - 1, result)
+        return result
