@@ -43,6 +43,8 @@ class ConnectionContext:
     peer: str
     advertised_host: str
     advertised_port: int
+    shutdown: trio.Event = field(default_factory=trio.Event)
+    """Set when the gateway drains: finish the request in hand, read no new one, return."""
     log: Any = field(default_factory=lambda: structlog.get_logger())
 
 

@@ -1,0 +1,89 @@
+"""Logging (structlog) and the Prometheus metric objects every module shares.
+
+Logs: JSON when stdout is not a terminal (or ``log_format = "json"``), key=value on a terminal;
+one line per connection open/close and per error, never one per record.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+CONNECTIONS_OPEN = Gauge(
+    "gateway_connections_open", "Open client connections", ["protocol"], registry=REGISTRY
+)
+CONNECTIONS_TOTAL = Counter(
+    "gateway_connections_total", "Accepted client connections", ["protocol"], registry=REGISTRY
+)
+CONNECTIONS_REFUSED = Counter(
+    "gateway_connections_refused_total",
+    "Connections refused (limit, TLS, PROXY header)",
+    ["protocol", "reason"],
+    registry=REGISTRY,
+)
+REQUESTS = Counter(
+    "gateway_requests_total",
+    "Requests by protocol, api and outcome (ok or the error code)",
+    ["protocol", "api", "outcome"],
+    registry=REGISTRY,
+)
+REQUEST_LATENCY = Histogram(
+    "gateway_request_seconds",
+    "Request latency by protocol and api",
+    ["protocol", "api"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5),
+    registry=REGISTRY,
+)
+PROTOCOL_ERRORS = Counter(
+    "gateway_protocol_errors_total",
+    "Malformed or refused input by protocol and kind",
+    ["protocol", "kind"],
+    registry=REGISTRY,
+)
+RECORDS_IN = Counter(
+    "gateway_records_in_total", "Records produced", ["protocol"], registry=REGISTRY
+)
+RECORDS_OUT = Counter(
+    "gateway_records_out_total", "Records fetched", ["protocol"], registry=REGISTRY
+)
+BYTES_IN = Counter("gateway_bytes_in_total", "Bytes received", ["protocol"], registry=REGISTRY)
+BYTES_OUT = Counter("gateway_bytes_out_total", "Bytes sent", ["protocol"], registry=REGISTRY)
+BACKEND_ERRORS = Counter(
+    "gateway_backend_errors_total", "Backend errors", ["backend", "code"], registry=REGISTRY
+)
+LONG_POLL_WAITS = Counter(
+    "gateway_long_poll_waits_total", "Reads that waited at the log end", registry=REGISTRY
+)
+
+
+def setup_logging(log_format: str = "auto", level: str = "info") -> None:
+    """Configure structlog once for the process."""
+    use_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            getattr(logging, level.upper(), logging.INFO)
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def protocol_error(log: Any, protocol: str, kind: str, **fields: Any) -> None:
+    """Count and log one malformed/refused input (one line, one metric increment)."""
+    PROTOCOL_ERRORS.labels(protocol=protocol, kind=kind).inc()
+    log.warning("protocol_error", protocol=protocol, kind=kind, **fields)
