@@ -42,6 +42,9 @@ class Capabilities:
     offset_for_timestamp: bool = True
     kv_store: bool = True
     durable: bool = False
+    retention: bool = False
+    """True when topics honour ``retention_bytes`` / ``retention_ms`` (per-topic config keys, as
+    strings) and ``enforce_retention`` applies them now."""
     notifies_appends: bool = True
     """True when every append becomes visible through ``append_listener`` (local backends).
     False: the core's waiters poll ``partition_info`` instead."""
@@ -127,6 +130,10 @@ class Backend(abc.ABC):
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_us: int) -> int:
         """The first offset whose timestamp is >= ``timestamp_us``; the high watermark if none."""
         raise unsupported("offset lookup by timestamp", self.name)
+
+    async def enforce_retention(self) -> None:
+        """Apply retention now (backends with retention also do it periodically)."""
+        raise unsupported("retention", self.name)
 
     # ------------------------------------------------------------------ key-value store
     async def kv_get(self, namespace: str, key: str) -> bytes | None:

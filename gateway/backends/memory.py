@@ -130,7 +130,7 @@ class MemoryBackend(Backend):
         out: list[RecordBatch] = []
         i = bisect.bisect_right(p.bases, offset) - 1
         got_records = got_bytes = 0
-        while 0 <= i < len(p.batches) and got_records < max_records:
+        while 0 <= i < len(p.batches) and got_records < max_records and offset < p.high_watermark:
             view = p.batches[i].slice(offset, max_records - got_records)
             if out and got_bytes + view.size_bytes > max_bytes:
                 break
@@ -167,7 +167,8 @@ class MemoryBackend(Backend):
         self._kv.get(namespace, {}).pop(key, None)
 
     async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
-        return sorted((k, v) for k, v in self._kv.get(namespace, {}).items() if k.startswith(prefix))
+        items = self._kv.get(namespace, {}).items()
+        return sorted((k, v) for k, v in items if k.startswith(prefix))
 
 
 def _factory(name: str, options: Any, config: Any) -> Backend:

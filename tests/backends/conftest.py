@@ -1,0 +1,67 @@
+"""Backend fixtures for the conformance suite.
+
+``BACKEND_FACTORIES`` maps a backend type to an async context manager factory
+``factory(path, **options)`` that yields an opened backend and closes it on exit. Durable backends
+keep their data under ``path`` (or in their external system, keyed by ``path``), so opening the
+factory again with the same ``path`` is a restart. Adding a backend to the suite is one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from gateway.backends.base import Backend
+from gateway.backends.memory import MemoryBackend
+
+BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
+
+
+@asynccontextmanager
+async def opened(backend: Backend) -> AsyncIterator[Backend]:
+    """Open ``backend`` with its own nursery; close it (and end its tasks) on exit."""
+    async with trio.open_nursery() as nursery:
+        await backend.open(nursery)
+        try:
+            yield backend
+        finally:
+            with trio.CancelScope(shield=True):
+                await backend.close()
+            nursery.cancel_scope.cancel()
+
+
+def memory_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:
+    return opened(MemoryBackend("memory"))
+
+
+BACKEND_FACTORIES: dict[str, BackendFactory] = {
+    "memory": memory_backend,
+}
+
+
+@pytest.fixture(params=sorted(BACKEND_FACTORIES))
+def backend_type(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def open_backend(backend_type: str, tmp_path: Path) -> Callable[..., Any]:
+    """``open_backend(**options)``: an async context manager yielding the backend under test;
+    calling it again after the first one closed reopens the same data (a restart)."""
+    factory = BACKEND_FACTORIES[backend_type]
+
+    def opener(**options: Any) -> AbstractAsyncContextManager[Backend]:
+        return factory(tmp_path / "backend-data", **options)
+
+    return opener
+
+
+@pytest.fixture
+async def backend(open_backend: Callable[..., Any]) -> AsyncIterator[Backend]:
+    async with open_backend() as b:
+        yield b
