@@ -6,8 +6,9 @@ and unpacked with precompiled ``struct.Struct`` objects.
 Layout (little endian)::
 
     header:  version u8 (=1) | count u32 | min_timestamp_us i64 | max_timestamp_us i64
-    record:  timestamp_us i64 | key_len i32 (-1 = null) | value_len i32 (-1 = null) | header_count u16
-             key | value | header_count x (name_len u16 | value_len u32 | name utf-8 | value)
+    record:  timestamp_us i64 | key_len i32 (-1 = null) | value_len i32 (-1 = null)
+             | header_count u16 | key | value
+             | header_count x (name_len u16 | value_len u32 | name utf-8 | value)
 """
 
 from __future__ import annotations

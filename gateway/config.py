@@ -257,7 +257,8 @@ def parse_config(data: Mapping[str, Any], source: str = "<dict>") -> GatewayConf
     top_known = {"server", "admin", "listeners", "backends", "routes"}
     for key in data:
         if key not in top_known:
-            problems.append(f"{key}: unknown section; expected one of {', '.join(sorted(top_known))}")
+            expected = ", ".join(sorted(top_known))
+            problems.append(f"{key}: unknown section; expected one of {expected}")
 
     def table(key: str) -> Mapping[str, Any]:
         value = data.get(key, {})
@@ -335,8 +336,9 @@ def parse_config(data: Mapping[str, Any], source: str = "<dict>") -> GatewayConf
     return GatewayConfig(server, admin, listeners, backends, tuple(routes), source)
 
 
-def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
-                ) -> GatewayConfig:
+def load_config(
+    path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
+) -> GatewayConfig:
     """Read ``path`` (or only defaults when None), apply the environment, validate."""
     data: dict[str, Any] = {}
     source = "<defaults>"

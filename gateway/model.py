@@ -21,13 +21,14 @@ How each protocol's concepts map onto the model
   membership: every protocol sees the same value for the same group name. An Iggy consumer group
   with numeric id N is the group named ``"N"`` unless it has a name; a Liftbridge cursor id is the
   group name.
-- **Headers**: ``tuple[tuple[str, bytes], ...]``, order kept, duplicates allowed. Fields that exist in
-  one protocol only travel as reserved headers whose names start with ``RESERVED_HEADER_PREFIX``
+- **Headers**: ``tuple[tuple[str, bytes], ...]``, order kept, duplicates allowed. Fields that
+  exist in one protocol only travel as reserved headers whose names start with
+  ``RESERVED_HEADER_PREFIX``
   (Cursus eventType/schemaVersion/aggregateVersion/producerId, Iggy message id and typed headers,
   Liftbridge correlation id), so another protocol of the same family gets them back. Kafka 0.8 has
   no headers and drops them (README translation table).
-- **Errors**: :class:`GatewayError` carries one canonical :class:`ErrorCode`; each protocol maps it to
-  its own codes in one table.
+- **Errors**: :class:`GatewayError` carries one canonical :class:`ErrorCode`; each protocol maps
+  it to its own codes in one table.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ class Record(NamedTuple):
 
 class BatchCodec(Protocol):
     """Turns a block of encoded records into records and back. A codec object is a singleton per
-    format, so ``batch.codec is CODEC`` tells whether a batch can pass through without re-encoding."""
+    format, so ``batch.codec is CODEC`` tells whether a batch can pass through without
+    re-encoding."""
 
     name: str
 
@@ -160,9 +162,7 @@ class RecordBatch:
             assert self._encoded is not None and self.codec is not None
             self._records = self.codec.decode(self._encoded, self.base_offset)
         elif (
-            self.base_offset >= 0
-            and self._records
-            and self._records[0].offset != self.base_offset
+            self.base_offset >= 0 and self._records and self._records[0].offset != self.base_offset
         ):
             base = self.base_offset
             self._records = [r._replace(offset=base + i) for i, r in enumerate(self._records)]

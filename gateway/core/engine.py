@@ -140,9 +140,7 @@ class Core:
     async def _describe_topic(self, cmd: DescribeTopic) -> TopicDescription:
         info = await self.topic(cmd.topic, cmd.create)
         backend = self.router.backend_for(cmd.topic)
-        parts = tuple(
-            [await backend.partition_info(cmd.topic, p) for p in range(info.partitions)]
-        )
+        parts = tuple([await backend.partition_info(cmd.topic, p) for p in range(info.partitions)])
         return TopicDescription(info, parts)
 
     async def _create_partitions(self, cmd: CreatePartitions) -> TopicInfo:
@@ -159,8 +157,13 @@ class Core:
         if cmd.partition is not None:
             if cmd.producer_id is not None and cmd.sequence is not None:
                 result = await self.producers.append(
-                    backend, cmd.topic, cmd.partition, cmd.batch,
-                    cmd.producer_id, cmd.producer_epoch, cmd.sequence,
+                    backend,
+                    cmd.topic,
+                    cmd.partition,
+                    cmd.batch,
+                    cmd.producer_id,
+                    cmd.producer_epoch,
+                    cmd.sequence,
                 )
             else:
                 result = await backend.append(cmd.topic, cmd.partition, cmd.batch)
@@ -170,17 +173,11 @@ class Core:
             by_partition: dict[int, list[Record]] = {}
             rr = next(self._round_robin) % info.partitions
             for record in cmd.batch.records:
-                p = (
-                    partition_for_key(record.key, info.partitions)
-                    if record.key is not None
-                    else rr
-                )
+                p = partition_for_key(record.key, info.partitions) if record.key is not None else rr
                 by_partition.setdefault(p, []).append(record)
             appends: list[AppendResult] = []
             for p in sorted(by_partition):
-                appends.append(
-                    await backend.append(cmd.topic, p, RecordBatch(by_partition[p]))
-                )
+                appends.append(await backend.append(cmd.topic, p, RecordBatch(by_partition[p])))
             return ProduceResult(cmd.topic, tuple(appends))
         p = next(self._round_robin) % info.partitions
         return ProduceResult(cmd.topic, (await backend.append(cmd.topic, p, cmd.batch),))
@@ -267,9 +264,7 @@ class Core:
         )
 
     async def _heartbeat(self, cmd: Heartbeat) -> None:
-        await self.groups.heartbeat(
-            cmd.group, cmd.member_id, cmd.generation, self._partition_count
-        )
+        await self.groups.heartbeat(cmd.group, cmd.member_id, cmd.generation, self._partition_count)
 
     async def _leave(self, cmd: LeaveGroup) -> None:
         await self.groups.leave(cmd.group, cmd.member_id, self._partition_count)

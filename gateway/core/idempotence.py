@@ -49,7 +49,8 @@ class ProducerRegistry:
             if sequence != state.last_seq + 1:
                 raise GatewayError(
                     ErrorCode.OUT_OF_ORDER_SEQUENCE,
-                    f"producer {producer_id} sent sequence {sequence}, expected {state.last_seq + 1}",
+                    f"producer {producer_id} sent sequence {sequence}, "
+                    f"expected {state.last_seq + 1}",
                 )
         elif state is not None and epoch < state.epoch:
             raise GatewayError(

@@ -42,9 +42,7 @@ class Waiters:
             return True
         return False
 
-    async def poll(
-        self, has_data: Callable[[], Awaitable[bool]], deadline: float
-    ) -> bool:
+    async def poll(self, has_data: Callable[[], Awaitable[bool]], deadline: float) -> bool:
         """For backends that do not notify: check ``has_data`` every POLL_INTERVAL_S."""
         self.waits_total += 1
         while True:

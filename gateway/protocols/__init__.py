@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gateway.protocols.base import ProtocolSpec
 
-REGISTRY: dict[str, str] = {
-}
+REGISTRY: dict[str, str] = {}
 
 
 @cache

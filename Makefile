@@ -1,0 +1,36 @@
+# `make run`: the gateway with config/gateway.toml (embedded backend, every listener on loopback).
+# `make test`: install test dependencies and the servers/clients the tests drive, run the suite.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test deps lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/gateway serve --config config/gateway.toml
+
+deps:
+	@set -e; for f in .ci/deps/*.sh; do [ -e "$$f" ] || continue; echo "== $$f"; bash "$$f"; done
+
+test: $(STAMP) deps
+	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
+
+bench: $(STAMP) deps
+	@set -e; for f in bench/*.py; do echo "== $$f"; $(BIN)/python "$$f"; done
+
+clean:
+	rm -rf $(VENV) .test-venvs data .pytest_cache

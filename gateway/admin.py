@@ -1,0 +1,384 @@
+"""The admin endpoint: HTTP/1.1 on h11 inside trio.
+
+- ``GET /healthz``: the process is alive.
+- ``GET /readyz``: every listener bound and every backend reachable (503 + JSON reason otherwise,
+  and while draining).
+- ``GET /metrics``: Prometheus text format.
+- ``GET /v1/status``: JSON status; ``GET /``: the same as a small self-refreshing HTML page.
+- The data API the CLI uses (and anything that wants every field of a record over HTTP; keys,
+  values and header values are base64):
+  ``GET /v1/topics``, ``POST /v1/topics`` ``{"name", "partitions"}``,
+  ``POST /v1/topics/{topic}/records`` ``{"records": [{"key", "value", "headers", "timestamp_us",
+  "partition"}]}``, ``GET /v1/topics/{topic}/records?partition=&offset=&max=&max_wait_ms=``,
+  ``GET /v1/topics/{topic}/offsets``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import time
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import h11
+import structlog
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+import gateway
+from gateway.model import (
+    CreateTopic,
+    ErrorCode,
+    Fetch,
+    GatewayError,
+    ListOffsets,
+    ListTopics,
+    OffsetSpec,
+    Partitioning,
+    Produce,
+    Record,
+    RecordBatch,
+    now_us,
+)
+from gateway.observability import REGISTRY
+
+log = structlog.get_logger("gateway.admin")
+
+MAX_BODY = 64 << 20
+HTTP_STATUS = {
+    ErrorCode.UNKNOWN_TOPIC: 404,
+    ErrorCode.UNKNOWN_PARTITION: 404,
+    ErrorCode.OFFSET_OUT_OF_RANGE: 416,
+    ErrorCode.TOPIC_EXISTS: 409,
+    ErrorCode.BACKEND_UNAVAILABLE: 503,
+    ErrorCode.TIMEOUT: 504,
+    ErrorCode.UNSUPPORTED: 501,
+}
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def unb64(text: str | None, what: str) -> bytes | None:
+    if text is None:
+        return None
+    try:
+        return base64.b64decode(text, validate=True)
+    except (ValueError, TypeError):
+        raise HttpError(400, f"{what} is not valid base64") from None
+
+
+def record_to_json(r: Record) -> dict[str, Any]:
+    return {
+        "offset": r.offset,
+        "timestamp_us": r.timestamp_us,
+        "key": b64(r.key),
+        "value": b64(r.value),
+        "headers": [[k, b64(v)] for k, v in r.headers],
+    }
+
+
+def record_from_json(obj: Any) -> Record:
+    if not isinstance(obj, dict):
+        raise HttpError(400, "each record must be a JSON object")
+    headers = obj.get("headers") or []
+    if not isinstance(headers, list) or not all(
+        isinstance(h, list) and len(h) == 2 and isinstance(h[0], str) for h in headers
+    ):
+        raise HttpError(400, "headers must be a list of [name, base64 value] pairs")
+    ts = obj.get("timestamp_us")
+    if ts is None or ts < 0:
+        ts = now_us()
+    return Record(
+        unb64(obj.get("key"), "key"),
+        unb64(obj.get("value"), "value"),
+        tuple((k, unb64(v, "header value") or b"") for k, v in headers),
+        int(ts),
+    )
+
+
+async def status(server: Any) -> dict[str, Any]:
+    core = server.core
+    topics = []
+    for info in await core.execute(ListTopics()):
+        backend = core.router.backend_for(info.name)
+        parts = []
+        for p in range(info.partitions):
+            try:
+                pi = await backend.partition_info(info.name, p)
+                parts.append(
+                    {
+                        "partition": p,
+                        "log_start_offset": pi.log_start_offset,
+                        "high_watermark": pi.high_watermark,
+                    }
+                )
+            except GatewayError as exc:
+                parts.append({"partition": p, "error": exc.message})
+        topics.append({"name": info.name, "backend": backend.name, "partitions": parts})
+    backends = []
+    for name, backend in server.backends.items():
+        try:
+            ok, why = await backend.health()
+        except Exception as exc:
+            ok, why = False, str(exc)
+        backends.append({**backend.describe(), "name": name, "healthy": ok, "detail": why})
+    ready, _ = await server.readiness()
+    return {
+        "version": gateway.__version__,
+        "uptime_s": round(time.time() - server.started_at, 3),
+        "ready": ready,
+        "draining": server.draining,
+        "listeners": [
+            {
+                "protocol": st.name,
+                "address": f"{st.host}:{st.port}",
+                "advertised": f"{st.advertised_host}:{st.advertised_port}",
+                "connections": len(st.connections),
+                "accepted": st.accepted,
+                "refused": st.refused,
+            }
+            for st in server.listeners.values()
+        ],
+        "topics": topics,
+        "backends": backends,
+        "groups": core.groups.group_names(),
+    }
+
+
+def render_html(data: dict[str, Any]) -> str:
+    e = html.escape
+    rows_l = "".join(
+        f"<tr><td>{e(x['protocol'])}</td><td>{e(x['address'])}</td><td>{e(x['advertised'])}</td>"
+        f"<td>{x['connections']}</td></tr>"
+        for x in data["listeners"]
+    )
+    rows_t = "".join(
+        f"<tr><td>{e(t['name'])}</td><td>{e(t['backend'])}</td><td>{len(t['partitions'])}</td>"
+        f"<td>{sum(p.get('high_watermark', 0) for p in t['partitions'])}</td></tr>"
+        for t in data["topics"]
+    )
+    rows_b = "".join(
+        f"<tr><td>{e(b['name'])}</td><td>{e(b['type'])}</td>"
+        f"<td>{'healthy' if b['healthy'] else 'DOWN: ' + e(b['detail'])}</td></tr>"
+        for b in data["backends"]
+    )
+    return f"""<!doctype html><html><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="5"><title>gateway status</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin-bottom:1.5em}}
+td,th{{border:1px solid #ccc;padding:.3em .8em;text-align:left}}</style></head><body>
+<h1>Polyglot broker gateway {e(data["version"])}</h1>
+<p id="summary">uptime {data["uptime_s"]:.0f} s, {"ready" if data["ready"] else "NOT READY"}</p>
+<h2>Listeners</h2><table id="listeners"><tr><th>protocol</th><th>address</th><th>advertised</th>
+<th>connections</th></tr>{rows_l}</table>
+<h2>Topics</h2><table id="topics"><tr><th>topic</th><th>backend</th><th>partitions</th>
+<th>records</th></tr>{rows_t}</table>
+<h2>Backends</h2><table id="backends"><tr><th>name</th><th>type</th><th>health</th></tr>{rows_b}
+</table></body></html>"""
+
+
+def _int_param(query: dict[str, list[str]], name: str, default: int) -> int:
+    raw = query.get(name, [None])[0]
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise HttpError(400, f"query parameter {name}={raw!r} is not an integer") from None
+
+
+async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+    """(status, content type, body) for one request."""
+    url = urlsplit(target)
+    path = url.path.rstrip("/") or "/"
+    query = parse_qs(url.query)
+    core = server.core
+
+    def js(obj: Any, code: int = 200) -> tuple[int, str, bytes]:
+        return code, "application/json", json.dumps(obj).encode()
+
+    if method == "GET" and path == "/healthz":
+        return 200, "text/plain", b"ok\n"
+    if method == "GET" and path == "/readyz":
+        ready, reason = await server.readiness()
+        return js(reason, 200 if ready else 503)
+    if method == "GET" and path == "/metrics":
+        return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+    if method == "GET" and path == "/v1/status":
+        return js(await status(server))
+    if method == "GET" and path == "/":
+        return 200, "text/html; charset=utf-8", render_html(await status(server)).encode()
+    if path == "/v1/topics":
+        if method == "GET":
+            return js(
+                [
+                    {"name": t.name, "partitions": t.partitions}
+                    for t in await core.execute(ListTopics())
+                ]
+            )
+        if method == "POST":
+            req = _json_body(body)
+            name = req.get("name")
+            if not isinstance(name, str):
+                raise HttpError(400, "body needs a string 'name'")
+            partitions = req.get("partitions")
+            if partitions is not None and not isinstance(partitions, int):
+                raise HttpError(400, "'partitions' must be an integer")
+            info = await core.execute(CreateTopic(name, partitions))
+            return js({"name": info.name, "partitions": info.partitions}, 201)
+    parts = path.split("/")
+    if len(parts) == 5 and parts[:3] == ["", "v1", "topics"]:
+        topic, what = unquote(parts[3]), parts[4]
+        if what == "records" and method == "POST":
+            return js(await _produce(core, topic, _json_body(body)))
+        if what == "records" and method == "GET":
+            result = await core.execute(
+                Fetch(
+                    topic,
+                    _int_param(query, "partition", 0),
+                    _int_param(query, "offset", 0),
+                    max_records=max(1, _int_param(query, "max", 1000)),
+                    max_bytes=_int_param(query, "max_bytes", 4 << 20),
+                    max_wait_ms=min(30_000, _int_param(query, "max_wait_ms", 0)),
+                )
+            )
+            return js(
+                {
+                    "topic": topic,
+                    "partition": result.partition,
+                    "high_watermark": result.high_watermark,
+                    "log_start_offset": result.log_start_offset,
+                    "records": [record_to_json(r) for r in result.records],
+                }
+            )
+        if what == "offsets" and method == "GET":
+            info = await core.topic(topic)
+            out = []
+            for p in range(info.partitions):
+                r = await core.execute(ListOffsets(topic, p, OffsetSpec.LATEST))
+                out.append(
+                    {
+                        "partition": p,
+                        "log_start_offset": r.log_start_offset,
+                        "high_watermark": r.high_watermark,
+                    }
+                )
+            return js(out)
+    raise HttpError(404 if method in ("GET", "POST") else 405, f"no route for {method} {path}")
+
+
+def _json_body(body: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(body or b"{}")
+    except ValueError as exc:
+        raise HttpError(400, f"body is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise HttpError(400, "body must be a JSON object")
+    return obj
+
+
+async def _produce(core: Any, topic: str, req: dict[str, Any]) -> dict[str, Any]:
+    records = req.get("records")
+    if not isinstance(records, list) or not records:
+        raise HttpError(400, "body needs a non-empty list 'records'")
+    by_partition: dict[int | None, list[Record]] = {}
+    for obj in records:
+        p = obj.get("partition") if isinstance(obj, dict) else None
+        if p is not None and not isinstance(p, int):
+            raise HttpError(400, "'partition' must be an integer")
+        by_partition.setdefault(p, []).append(record_from_json(obj))
+    await core.topic(topic, create=True)
+    appends = []
+    for p, recs in by_partition.items():
+        res = await core.execute(
+            Produce(topic, RecordBatch(recs), partition=p, partitioning=Partitioning.KEY_HASH)
+        )
+        appends.extend(
+            {"partition": a.partition, "base_offset": a.base_offset, "last_offset": a.last_offset}
+            for a in res.appends
+        )
+    return {"topic": topic, "appends": appends}
+
+
+async def _serve_one(server: Any, stream: trio.SocketStream) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            with trio.move_on_after(60) as scope:
+                data = await stream.receive_some(65536)
+            if scope.cancelled_caught:
+                return
+            conn.receive_data(data)
+            continue
+        if isinstance(event, (h11.ConnectionClosed,)) or event is h11.PAUSED:
+            return
+        if not isinstance(event, h11.Request):
+            return
+        method, target = event.method.decode(), event.target.decode()
+        body = bytearray()
+        while True:
+            ev = conn.next_event()
+            if ev is h11.NEED_DATA:
+                data = await stream.receive_some(65536)
+                conn.receive_data(data)
+                continue
+            if isinstance(ev, h11.Data):
+                body += ev.data
+                if len(body) > MAX_BODY:
+                    await _respond(
+                        stream, conn, 413, "application/json", b'{"error": "body too large"}'
+                    )
+                    return
+                continue
+            break
+        try:
+            code, ctype, payload = await route(server, method, target, bytes(body))
+        except HttpError as exc:
+            code, ctype = exc.status, "application/json"
+            payload = json.dumps({"error": exc.message}).encode()
+        except GatewayError as exc:
+            code, ctype = HTTP_STATUS.get(exc.code, 400), "application/json"
+            payload = json.dumps({"error": exc.message, "code": exc.code.value}).encode()
+        except Exception as exc:
+            log.exception("admin_request_failed", method=method, target=target)
+            code, ctype = 500, "application/json"
+            payload = json.dumps({"error": repr(exc)}).encode()
+        await _respond(stream, conn, code, ctype, payload)
+        if conn.our_state is h11.MUST_CLOSE:
+            return
+        try:
+            conn.start_next_cycle()
+        except h11.LocalProtocolError:
+            return
+
+
+async def _respond(
+    stream: trio.SocketStream, conn: h11.Connection, code: int, ctype: str, payload: bytes
+) -> None:
+    headers = [("content-type", ctype), ("content-length", str(len(payload)))]
+    await stream.send_all(conn.send(h11.Response(status_code=code, headers=headers)))
+    await stream.send_all(conn.send(h11.Data(data=payload)))
+    await stream.send_all(conn.send(h11.EndOfMessage()))
+
+
+async def _serve_connection(server: Any, stream: trio.SocketStream) -> None:
+    try:
+        async with stream:
+            await _serve_one(server, stream)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
+        pass
+
+
+async def serve_admin(server: Any, listeners: list[trio.SocketListener]) -> None:
+    await trio.serve_listeners(lambda s: _serve_connection(server, s), listeners)
