@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from gateway.backends.base import Backend
+from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
 from gateway.backends.memory import MemoryBackend
 
 BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
@@ -39,8 +40,16 @@ def memory_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Ba
     return opened(MemoryBackend("memory"))
 
 
+def embedded_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:
+    """Small segments and index intervals so every test crosses segment boundaries."""
+    settings: dict[str, Any] = {"segment_bytes": 16 * 1024, "index_interval_bytes": 1024}
+    settings.update(options)
+    return opened(EmbeddedBackend("embedded", EmbeddedConfig(**settings), path))
+
+
 BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "memory": memory_backend,
+    "embedded": embedded_backend,
 }
 
 

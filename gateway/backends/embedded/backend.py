@@ -1,0 +1,462 @@
+"""The embedded durable log: the default backend, on local disk.
+
+Data directory layout::
+
+    LOCK                      flock'ed while open; holds the owner's pid
+    CLEAN                     present only after a clean close (indexes trusted on the next open)
+    topics.json               topic metadata (partitions, config), replaced atomically
+    kv.log                    the key-value store (committed offsets, group state)
+    topics/<topic>/<partition>/<base offset>.log|.index|.timeindex
+
+Durability (``fsync``): "always": an append (or kv write) returns only after an fsync that
+started after its write returned (group commit: concurrent writers share a round); milliseconds:
+a background task fsyncs what was written every N ms; "never": the OS decides. Records become
+visible to readers when acknowledged (with "always": after the fsync). Metadata changes and the
+clean-shutdown marker are always fsynced.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from gateway.backends.base import Backend, Capabilities, check_partitions, check_topic_name
+from gateway.backends.embedded.config import TOPIC_KEYS, EmbeddedConfig
+from gateway.backends.embedded.kv import KvStore
+from gateway.backends.embedded.log import LogSettings, PartitionLog
+from gateway.backends.embedded.syncer import Syncer
+from gateway.canonical import CANONICAL, CanonicalCodecError, peek_header
+from gateway.model import (
+    AppendResult,
+    ErrorCode,
+    GatewayError,
+    PartitionInfo,
+    RecordBatch,
+    TopicInfo,
+    now_us,
+)
+
+log = structlog.get_logger("gateway.backends.embedded")
+
+METADATA_VERSION = 1
+
+
+@dataclass
+class _Topic:
+    info: TopicInfo
+    settings: LogSettings
+    logs: list[PartitionLog]
+
+
+class EmbeddedBackend(Backend):
+    capabilities = Capabilities(durable=True, retention=True)
+    type_name = "embedded"
+
+    def __init__(
+        self,
+        name: str = "embedded",
+        config: EmbeddedConfig | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        fsync: Callable[[int], None] = os.fsync,
+        clock: Callable[[], int] = now_us,
+    ) -> None:
+        super().__init__(name)
+        self.config = config or EmbeddedConfig()
+        self.data_dir = Path(data_dir or self.config.data_dir or f"data/{name}")
+        self._fsync = fsync
+        self._clock = clock
+        self.syncer = Syncer(fsync)
+        self.kv = KvStore(self.data_dir / "kv.log", fsync)
+        self._topics: dict[str, _Topic] = {}
+        self._lock_fd = -1
+        self._background: trio.CancelScope | None = None
+        self._is_open = False
+
+    @property
+    def topics_dir(self) -> Path:
+        return self.data_dir / "topics"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type_name,
+            "data_dir": str(self.data_dir),
+            "fsync": self.config.fsync,
+            "segment_bytes": self.config.segment_bytes,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open(self, nursery: trio.Nursery) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            marker = self.data_dir / "CLEAN"
+            clean = marker.exists()
+            if clean:
+                marker.unlink()
+                self._fsync_path(self.data_dir)
+            self.topics_dir.mkdir(exist_ok=True)
+            self._load_topics(clean)
+            self.kv.open()
+        except BaseException:
+            self._close_files()
+            raise
+        self._is_open = True
+        await nursery.start(self._run_background)
+        log.info(
+            "embedded.opened",
+            backend=self.name,
+            data_dir=str(self.data_dir),
+            topics=len(self._topics),
+            clean=clean,
+            fsync=self.config.fsync,
+        )
+
+    async def close(self) -> None:
+        if self._background is not None:
+            self._background.cancel()
+            self._background = None
+        if not self._is_open:
+            return
+        self._is_open = False
+        try:
+            for topic in self._topics.values():
+                for plog in topic.logs:
+                    plog.seal()
+            await self.syncer.sync_all()
+            self._write_durably(self.data_dir / "CLEAN", b"")
+        finally:
+            self._close_files()
+
+    async def flush(self) -> None:
+        self._check_open()
+        if self.config.fsync != "never":
+            await self.syncer.sync_all()
+
+    async def health(self) -> tuple[bool, str]:
+        if self.syncer.failure:
+            return False, self.syncer.failure
+        return (True, "ok") if self._is_open else (False, "not open")
+
+    def _close_files(self) -> None:
+        for topic in self._topics.values():
+            for plog in topic.logs:
+                plog.close()
+        self._topics.clear()
+        self.kv.close()
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _acquire_lock(self) -> None:
+        path = self.data_dir / "LOCK"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise GatewayError(
+                ErrorCode.BACKEND_UNAVAILABLE,
+                f"data directory {self.data_dir} is locked by another process (pid {holder}): "
+                f"another gateway or CLI command is using it",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    async def _run_background(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope() as scope:
+            self._background = scope
+            task_status.started()
+            async with trio.open_nursery() as nursery:
+                interval = self.config.fsync_interval_ms
+                if interval is not None:
+                    nursery.start_soon(self._sync_loop, interval)
+                nursery.start_soon(self._retention_loop)
+
+    async def _sync_loop(self, interval_ms: int) -> None:
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            if self.syncer.pending:
+                try:
+                    await self.syncer.sync_all()
+                except GatewayError as exc:
+                    log.error("embedded.fsync_failed", backend=self.name, error=exc.message)
+                    return
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.retention_check_ms / 1000)
+            try:
+                await self.enforce_retention()
+            except (GatewayError, OSError) as exc:
+                log.error("embedded.retention_failed", backend=self.name, error=str(exc))
+
+    def _check_open(self) -> None:
+        if not self._is_open:
+            raise GatewayError(
+                ErrorCode.BACKEND_UNAVAILABLE, f"embedded backend {self.name!r} is not open"
+            )
+
+    # ------------------------------------------------------------------ files
+    def _fsync_path(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self._fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _write_durably(self, path: Path, data: bytes) -> None:
+        """Replace ``path`` atomically and durably (write a temporary, fsync, rename, fsync dir)."""
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            self._fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        self._fsync_path(path.parent)
+
+    def _save_topics(self) -> None:
+        doc = {
+            "version": METADATA_VERSION,
+            "topics": {
+                name: {"partitions": t.info.partitions, "config": [list(c) for c in t.info.config]}
+                for name, t in sorted(self._topics.items())
+            },
+        }
+        self._write_durably(self.data_dir / "topics.json", json.dumps(doc, indent=1).encode())
+
+    def _settings(self, config: tuple[tuple[str, str], ...]) -> LogSettings:
+        values = {
+            "retention_bytes": self.config.retention_bytes,
+            "retention_ms": self.config.retention_ms,
+            "segment_bytes": self.config.segment_bytes,
+        }
+        for key, raw in config:
+            if key in TOPIC_KEYS:
+                try:
+                    values[key] = int(raw)
+                except ValueError:
+                    raise GatewayError(
+                        ErrorCode.INVALID_REQUEST,
+                        f"topic config {key}: got {raw!r}, expected an integer",
+                    ) from None
+        return LogSettings(
+            segment_bytes=max(1024, values["segment_bytes"]),
+            index_interval_bytes=self.config.index_interval_bytes,
+            retention_bytes=values["retention_bytes"],
+            retention_ms=values["retention_ms"],
+        )
+
+    def _open_log(self, topic: str, partition: int, settings: LogSettings, clean: bool) -> Any:
+        return PartitionLog.open(
+            topic,
+            partition,
+            self.topics_dir / topic / str(partition),
+            settings,
+            self.syncer.mark,
+            clean,
+        )
+
+    def _load_topics(self, clean: bool) -> None:
+        path = self.data_dir / "topics.json"
+        on_disk = sorted(p.name for p in self.topics_dir.iterdir() if p.is_dir())
+        if not path.exists():
+            if on_disk:
+                raise GatewayError(
+                    ErrorCode.BACKEND_UNAVAILABLE,
+                    f"{path} is missing but {self.topics_dir} holds topics "
+                    f"({', '.join(on_disk[:5])}): refusing to guess; restore the file",
+                )
+            return
+        try:
+            doc = json.loads(path.read_bytes())
+            entries = {
+                name: (int(t["partitions"]), tuple((str(k), str(v)) for k, v in t["config"]))
+                for name, t in doc["topics"].items()
+            }
+        except (ValueError, KeyError, TypeError) as exc:
+            raise GatewayError(
+                ErrorCode.BACKEND_UNAVAILABLE, f"{path} is unreadable: {exc}"
+            ) from None
+        for name in on_disk:
+            if name not in entries:  # deleted (or half created) before a crash
+                log.warning("embedded.recovery.orphan_removed", topic=name)
+                shutil.rmtree(self.topics_dir / name, ignore_errors=True)
+        for name, (partitions, config) in entries.items():
+            settings = self._settings(config)
+            topic_dir = self.topics_dir / name
+            topic_dir.mkdir(exist_ok=True)
+            for p in topic_dir.iterdir():
+                if not (p.name.isdigit() and int(p.name) < partitions):
+                    log.warning("embedded.recovery.orphan_removed", topic=name, partition=p.name)
+                    shutil.rmtree(p, ignore_errors=True)
+            logs = [self._open_log(name, p, settings, clean) for p in range(partitions)]
+            self._topics[name] = _Topic(TopicInfo(name, partitions, config), settings, logs)
+
+    # ------------------------------------------------------------------ topics
+    def _topic(self, name: str) -> _Topic:
+        self._check_open()
+        t = self._topics.get(name)
+        if t is None:
+            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        return t
+
+    def _partition(self, topic: str, partition: int) -> PartitionLog:
+        t = self._topic(topic)
+        if not 0 <= partition < len(t.logs):
+            raise GatewayError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {topic!r} has no partition {partition} (it has {len(t.logs)})",
+            )
+        return t.logs[partition]
+
+    def _new_logs(self, name: str, settings: LogSettings, start: int, stop: int) -> list[Any]:
+        logs = [self._open_log(name, p, settings, True) for p in range(start, stop)]
+        for plog in logs:
+            self._fsync_path(plog.directory)
+        self._fsync_path(self.topics_dir / name)
+        return logs
+
+    async def create_topic(
+        self, name: str, partitions: int, config: tuple[tuple[str, str], ...] = ()
+    ) -> TopicInfo:
+        self._check_open()
+        check_topic_name(name)
+        check_partitions(partitions)
+        if name in self._topics:
+            raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
+        settings = self._settings(tuple(config))
+        shutil.rmtree(self.topics_dir / name, ignore_errors=True)
+        logs = self._new_logs(name, settings, 0, partitions)
+        self._fsync_path(self.topics_dir)
+        info = TopicInfo(name, partitions, tuple(config))
+        self._topics[name] = _Topic(info, settings, logs)
+        self._save_topics()
+        return info
+
+    async def delete_topic(self, name: str) -> None:
+        t = self._topic(name)
+        del self._topics[name]
+        self._save_topics()
+        for plog in t.logs:
+            plog.close()
+        shutil.rmtree(self.topics_dir / name, ignore_errors=True)
+
+    async def list_topics(self) -> list[TopicInfo]:
+        self._check_open()
+        return [t.info for _, t in sorted(self._topics.items())]
+
+    async def topic(self, name: str) -> TopicInfo:
+        return self._topic(name).info
+
+    async def create_partitions(self, name: str, count: int) -> TopicInfo:
+        t = self._topic(name)
+        if count < 1:
+            raise GatewayError(ErrorCode.INVALID_PARTITIONS, f"cannot add {count} partitions")
+        check_partitions(len(t.logs) + count)
+        t.logs.extend(self._new_logs(name, t.settings, len(t.logs), len(t.logs) + count))
+        t.info = TopicInfo(name, len(t.logs), t.info.config)
+        self._save_topics()
+        return t.info
+
+    async def delete_partitions(self, name: str, count: int) -> TopicInfo:
+        t = self._topic(name)
+        if count < 1:
+            raise GatewayError(ErrorCode.INVALID_PARTITIONS, f"cannot delete {count} partitions")
+        check_partitions(len(t.logs) - count)
+        removed = t.logs[len(t.logs) - count :]
+        del t.logs[len(t.logs) - count :]
+        t.info = TopicInfo(name, len(t.logs), t.info.config)
+        self._save_topics()
+        for plog in removed:
+            plog.delete()
+        return t.info
+
+    # ------------------------------------------------------------------ data
+    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+        plog = self._partition(topic, partition)
+        if batch.count == 0:
+            return AppendResult(partition, plog.next_offset, plog.next_offset - 1)
+        payload = batch.encode(CANONICAL)
+        try:
+            count, _, max_ts = peek_header(payload)
+        except (CanonicalCodecError, ValueError) as exc:
+            raise GatewayError(ErrorCode.CORRUPT_MESSAGE, f"bad canonical batch: {exc}") from None
+        if count != batch.count:
+            raise GatewayError(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"canonical block holds {count} records, the batch says {batch.count}",
+            )
+        if self.syncer.failure:
+            raise GatewayError(ErrorCode.BACKEND_UNAVAILABLE, self.syncer.failure)
+        base = plog.append(payload, count, max_ts)
+        end = base + count
+        if self.config.fsync_always:
+            await self.syncer.sync_all()
+            if plog.high_watermark < end:
+                plog.high_watermark = end
+        else:
+            plog.high_watermark = end
+        self._appended(topic, partition, plog.high_watermark)
+        return AppendResult(partition, base, end - 1, self._clock())
+
+    async def read(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> list[RecordBatch]:
+        return self._partition(topic, partition).read(offset, max_records, max_bytes)
+
+    async def partition_info(self, topic: str, partition: int) -> PartitionInfo:
+        plog = self._partition(topic, partition)
+        return PartitionInfo(topic, partition, plog.log_start, plog.high_watermark)
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_us: int) -> int:
+        return self._partition(topic, partition).offset_for_timestamp(timestamp_us)
+
+    async def enforce_retention(self) -> None:
+        self._check_open()
+        now = self._clock()
+        for t in list(self._topics.values()):
+            for plog in t.logs:
+                plog.enforce_retention(now)
+
+    # ------------------------------------------------------------------ key-value store
+    async def _kv_durable(self) -> None:
+        if self.config.fsync_always:
+            await self.syncer.sync_all()
+
+    async def kv_get(self, namespace: str, key: str) -> bytes | None:
+        self._check_open()
+        return self.kv.get(namespace, key)
+
+    async def kv_put(self, namespace: str, key: str, value: bytes) -> None:
+        self._check_open()
+        self.kv.put(namespace, key, value)
+        self.syncer.mark(self.kv)
+        await self._kv_durable()
+
+    async def kv_delete(self, namespace: str, key: str) -> None:
+        self._check_open()
+        if self.kv.delete(namespace, key):
+            self.syncer.mark(self.kv)
+            await self._kv_durable()
+
+    async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        self._check_open()
+        return self.kv.scan(namespace, prefix)
