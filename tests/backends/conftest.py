@@ -19,6 +19,7 @@ import trio
 from gateway.backends.base import Backend
 from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
 from gateway.backends.memory import MemoryBackend
+from tests.backends.servers import nats_backend
 
 BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
 
@@ -50,6 +51,7 @@ def embedded_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[
 BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "memory": memory_backend,
     "embedded": embedded_backend,
+    "nats": nats_backend,
 }
 
 

@@ -7,15 +7,25 @@ a free loopback port, is stopped by its own PID, and can be killed and restarted
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sysconfig
+import tempfile
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
+
+import trio
+
+from gateway.backends.base import Backend
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,3 +191,56 @@ class TansuServer(_Process):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# ------------------------------------------------------------------ conformance-suite factories
+_shared: dict[str, _Process] = {}
+
+
+def shared_nats() -> NatsServer:
+    """One nats-server for the whole test session (started on first use, stopped at exit)."""
+    server = _shared.get("nats")
+    if server is None:
+        store = Path(tempfile.mkdtemp(prefix="gw-nats-"))
+        server = _shared["nats"] = NatsServer(store).start()
+        atexit.register(server.stop)
+        atexit.register(shutil.rmtree, store, True)
+    assert isinstance(server, NatsServer)
+    return server
+
+
+def shared_tansu() -> TansuServer:
+    server = _shared.get("tansu")
+    if server is None:
+        server = _shared["tansu"] = TansuServer().start()
+        atexit.register(server.stop)
+    assert isinstance(server, TansuServer)
+    return server
+
+
+def _tag(path: Path) -> str:
+    """A name unique to one test's data path: the same path reopens the same data."""
+    return "t" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+
+
+@asynccontextmanager
+async def _opened(backend: Backend) -> AsyncIterator[Backend]:
+    async with trio.open_nursery() as nursery:
+        await backend.open(nursery)
+        try:
+            yield backend
+        finally:
+            with trio.CancelScope(shield=True):
+                await backend.close()
+            nursery.cancel_scope.cancel()
+
+
+def nats_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:
+    """A NATS backend on the shared server, with stream/subject/bucket names of its own."""
+    from gateway.backends.nats import NatsBackend, NatsConfig
+
+    tag = _tag(path)
+    config = NatsConfig(
+        url=shared_nats().url, stream_prefix=tag, subject_prefix=tag, kv_bucket=tag, **options
+    )
+    return _opened(NatsBackend("nats", config))

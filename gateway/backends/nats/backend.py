@@ -596,6 +596,7 @@ class NatsBackend(Backend):
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_us: int) -> int:
         """A scan from the log start (JetStream indexes its own store time, not the record's)."""
+        await self._info(topic, partition)
         start, hw = await self._stream_state(topic, partition)
         offset = start
         while offset < hw:
