@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gateway.protocols.base import ProtocolSpec
 
-REGISTRY: dict[str, str] = {}
+REGISTRY: dict[str, str] = {
+    "kafka08": "gateway.protocols.kafka08",
+}
 
 
 @cache
