@@ -32,7 +32,7 @@ class ListenerConfig:
     max_in_flight: int = 64
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ConnectionContext:
     """Everything a connection handler may use. One per connection."""
 
