@@ -176,17 +176,17 @@ class RecordBatch:
             return recs
         return recs[self._start : self._stop]
 
+    def encoded_window(self, codec: BatchCodec) -> tuple[bytes | memoryview, int, int] | None:
+        """``(block, start, stop)``: the whole encoded block and this batch's window in it
+        (record indexes), when the batch is in ``codec``'s format; else None. Lets a same-format
+        reader serve part of a block without decoding it."""
+        if self.codec is codec and self._encoded is not None:
+            return self._encoded, self._start, self._stop
+        return None
+
     def encoded_as(self, codec: BatchCodec) -> bytes | memoryview | None:
         """The encoded block if it is already in ``codec``'s format and whole, else None."""
         if self.codec is codec and self._encoded is not None and self.is_whole:
-            return self._encoded
-        return None
-
-    def encoded_block(self, codec: BatchCodec) -> bytes | memoryview | None:
-        """The whole encoded block (ignoring the window) if it is in ``codec``'s format, else
-        None. A same-format reader cuts the window itself: it starts ``first_offset -
-        base_offset`` records into the block and holds ``count`` records."""
-        if self.codec is codec and self._encoded is not None:
             return self._encoded
         return None
 
@@ -384,7 +384,7 @@ class Produce:
     partition: int | None = None
     partitioning: Partitioning = Partitioning.EXPLICIT
     acks: Acks = Acks.ALL
-    producer_id: int | None = None
+    producer_id: int | str | None = None  # str: protocols with textual ids (Cursus)
     producer_epoch: int = 0
     sequence: int | None = None
     timeout_ms: int = 30_000
@@ -445,6 +445,9 @@ class JoinGroup:
     member_id: str = ""  # empty: a new member
     session_timeout_ms: int = 30_000
     protocol: str = "range"
+    create_member: bool = False
+    """True: an unknown ``member_id`` joins as a new member under that id (Cursus picks member
+    ids itself) instead of failing with UNKNOWN_MEMBER."""
 
 
 @dataclass(frozen=True, slots=True)

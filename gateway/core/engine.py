@@ -255,7 +255,12 @@ class Core:
 
     async def _join(self, cmd: JoinGroup) -> Any:
         return await self.groups.join(
-            cmd.group, cmd.topics, cmd.member_id, cmd.session_timeout_ms, self._partition_count
+            cmd.group,
+            cmd.topics,
+            cmd.member_id,
+            cmd.session_timeout_ms,
+            self._partition_count,
+            cmd.create_member,
         )
 
     async def _sync(self, cmd: SyncGroup) -> Any:
@@ -270,6 +275,7 @@ class Core:
         await self.groups.leave(cmd.group, cmd.member_id, self._partition_count)
 
     async def _describe_group(self, cmd: DescribeGroup) -> Any:
+        await self.groups.expire(cmd.group, self._partition_count)
         return self.groups.describe(cmd.group)
 
     # ------------------------------------------------------------------ misc

@@ -136,14 +136,15 @@ class GroupCoordinator:
         member_id: str,
         session_timeout_ms: int,
         partition_count: PartitionCount,
+        create_member: bool = False,
     ) -> JoinGroupResult:
         group = self._groups.setdefault(name, Group(name))
-        self._expire(group)
-        if member_id and member_id not in group.members:
+        expired = self._expire(group)
+        if member_id and member_id not in group.members and not create_member:
             raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
         member_id = member_id or f"{name}-{uuid.uuid4().hex[:12]}"
         existing = group.members.get(member_id)
-        if existing is None or existing.topics != tuple(topics):
+        if expired or existing is None or existing.topics != tuple(topics):
             group.members[member_id] = Member(member_id, tuple(topics), session_timeout_ms)
             await self._rebalance(group, partition_count)
         else:
@@ -195,11 +196,17 @@ class GroupCoordinator:
         del group.members[member_id]
         await self._rebalance(group, partition_count)
 
+    async def expire(self, name: str, partition_count: PartitionCount) -> None:
+        """Drop the members of ``name`` whose session timed out, rebalancing if any did."""
+        group = self._groups.get(name)
+        if group is not None and self._expire(group):
+            await self._rebalance(group, partition_count)
+
     def describe(self, name: str) -> GroupDescription:
+        """The group as it stands (call :meth:`expire` first to apply session timeouts)."""
         group = self._groups.get(name)
         if group is None:
             return GroupDescription(name, "empty", 0, ())
-        self._expire(group)
         members = tuple(
             MemberAssignment(m, group.assignment.get(m, ())) for m in sorted(group.members)
         )

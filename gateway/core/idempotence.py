@@ -23,7 +23,7 @@ class _ProducerState:
 
 class ProducerRegistry:
     def __init__(self) -> None:
-        self._state: dict[tuple[str, int, int], _ProducerState] = {}
+        self._state: dict[tuple[str, int, int | str], _ProducerState] = {}
 
     async def append(
         self,
@@ -31,7 +31,7 @@ class ProducerRegistry:
         topic: str,
         partition: int,
         batch: RecordBatch,
-        producer_id: int,
+        producer_id: int | str,
         epoch: int,
         sequence: int,
     ) -> AppendResult:

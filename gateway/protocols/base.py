@@ -32,7 +32,7 @@ class ListenerConfig:
     max_in_flight: int = 64
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False)  # hashed by identity: the server keeps a set of them
 class ConnectionContext:
     """Everything a connection handler may use. One per connection."""
 
