@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gateway.protocols.base import ProtocolSpec
 
 REGISTRY: dict[str, str] = {
-    "kafka08": "gateway.protocols.kafka08",
+    "cursus": "gateway.protocols.cursus",
 }
 
 

@@ -1,0 +1,71 @@
+"""The Cursus listener (cursus.md): text commands, binary batches, consumer groups, STREAM.
+
+It answers like the Go broker at ``c436b45`` (standalone mode) plus the newer dialect that the
+PyPI client cursus-client 0.1.1 needs (cursus.md section 9.6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
+from gateway.protocols.cursus.codec import COMPRESSIONS
+
+FETCH_OFFSET_REPLIES = ("ok", "integer")
+
+
+@dataclass(frozen=True, slots=True)
+class CursusListenerConfig(ListenerConfig):
+    port: int = 9000
+    max_frame_bytes: int = 64 * MiB
+    compression: str = "none"
+    """Broker-wide compression of every incoming frame body: ``none`` or ``gzip``. Replies are
+    never compressed. Clients must use the same setting (there is no per-frame flag)."""
+    fetch_offset_reply: str = "ok"
+    """FETCH_OFFSET reply format: ``ok`` = ``OK offset=N`` (cursus-client 0.1.1, the newer broker);
+    ``integer`` = a plain ``N`` (the April 2026 broker, Java SDK, April Python SDK)."""
+    default_partitions: int = 4
+    """Partitions of ``CREATE topic=T`` without ``partitions=`` (the broker's default is 4)."""
+    session_timeout_ms: int = 10_000
+    """A group member without a heartbeat (HEARTBEAT, CONSUME) for this long is removed and the
+    group rebalances (the broker's ``consumer-session-timeout`` default)."""
+    stream_keepalive_ms: int = 5_000
+    """STREAM sends an empty frame after this much silence."""
+    stream_commit_interval_ms: int = 5_000
+    """STREAM commits its position to the group this often, and when it ends."""
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.compression not in COMPRESSIONS:
+            problems.append(
+                f"compression: got {self.compression!r}, expected one of {COMPRESSIONS}"
+            )
+        if self.fetch_offset_reply not in FETCH_OFFSET_REPLIES:
+            problems.append(
+                f"fetch_offset_reply: got {self.fetch_offset_reply!r}, expected one of "
+                f"{FETCH_OFFSET_REPLIES}"
+            )
+        if not 1 <= self.default_partitions <= 100_000:
+            problems.append(
+                f"default_partitions: got {self.default_partitions}, expected 1..100000"
+            )
+        for name in ("session_timeout_ms", "stream_keepalive_ms", "stream_commit_interval_ms"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name}: got {getattr(self, name)}, expected a positive integer")
+        if not 1 <= self.max_frame_bytes <= 0xFFFFFFFF:
+            problems.append(f"max_frame_bytes: got {self.max_frame_bytes}, expected 1..4294967295")
+        return problems
+
+
+async def _handle(stream, ctx) -> None:  # imported lazily: config loading must stay light
+    from gateway.protocols.cursus.session import handle_connection
+
+    await handle_connection(stream, ctx)
+
+
+PROTOCOL = ProtocolSpec(
+    "cursus",
+    CursusListenerConfig,
+    _handle,
+    "Cursus broker protocol (text commands + 0xBA7C binary batches), cursus-client 0.1.1 dialect",
+)

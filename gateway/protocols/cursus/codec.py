@@ -1,0 +1,708 @@
+"""Sans-IO codec for the Cursus broker protocol (cursus.md), in both roles.
+
+Hand-written: the wire mixes free-form ``KEY key=value`` text with a binary batch whose length
+prefixes are u8, u16 and u32 in one record, which no declarative schema library decodes at speed.
+
+Frames are ``length u32 BE`` + body. A body starting ``BA 7C`` with a topic length > 0 is a binary
+batch (section 5); anything else is text, usually inside the envelope ``topic_len u16 + topic``.
+Nothing here does I/O: :class:`FrameBuffer` cuts frames out of received bytes, the functions below
+turn bodies into messages and messages into bytes. :class:`RemoteProtocolError` means the peer sent
+something bad; :class:`LocalProtocolError` means we tried to build something invalid.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from gateway.model import RESERVED_HEADER_PREFIX, Record
+
+MAGIC = 0xBA7C
+MAGIC_BYTES = b"\xba\x7c"
+MAX_FRAME_BYTES = 64 << 20
+MAX_BATCH_MESSAGES = 100_000
+KEEPALIVE = b"\x00\x00\x00\x00"
+
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_SEQS = struct.Struct(">QQi")  # seq_start, seq_end, count
+_MSG_HEAD = struct.Struct(">QQH")  # offset, seq, producer_id length
+_U16_AT = _U16.unpack_from
+_U32_AT = _U32.unpack_from
+
+
+class CursusProtocolError(Exception):
+    """Base of the codec's errors."""
+
+
+class RemoteProtocolError(CursusProtocolError):
+    """The peer sent something that is not valid Cursus. ``kind`` labels the metric."""
+
+    def __init__(self, message: str, kind: str = "malformed") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class LocalProtocolError(CursusProtocolError):
+    """We tried to encode something the protocol cannot carry (a bug on our side)."""
+
+
+# ----------------------------------------------------------------------------------- framing
+
+
+def frame(body: bytes | bytearray | memoryview | str) -> bytes:
+    """One length-prefixed frame."""
+    if isinstance(body, str):
+        body = body.encode()
+    if len(body) > 0xFFFFFFFF:
+        raise LocalProtocolError(f"frame body of {len(body)} bytes does not fit a u32 length")
+    return _U32.pack(len(body)) + bytes(body)
+
+
+class FrameBuffer:
+    """Accumulates received bytes and cuts complete frames (like h11's ReceiveBuffer)."""
+
+    __slots__ = ("_buf", "_pos", "max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self.max_frame_bytes = max_frame_bytes
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._pos and self._pos >= len(self._buf) // 2:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def __len__(self) -> int:
+        return len(self._buf) - self._pos
+
+    def next_frame(self) -> bytes | None:
+        """The next complete frame body, or None when more bytes are needed. Raises
+        RemoteProtocolError (kind ``frame_too_large``) for a length over the limit."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
+            return None
+        (length,) = _U32_AT(buf, pos)
+        if length > self.max_frame_bytes:
+            raise RemoteProtocolError(
+                f"frame of {length} bytes exceeds the limit of {self.max_frame_bytes}",
+                "frame_too_large",
+            )
+        end = pos + 4 + length
+        if len(buf) < end:
+            return None
+        body = bytes(buf[pos + 4 : end])
+        self._pos = end
+        if end == len(buf):
+            buf.clear()
+            self._pos = 0
+        return body
+
+
+# ----------------------------------------------------------------------------- compression
+
+COMPRESSIONS = ("none", "gzip")
+
+
+def decompress(body: bytes, compression: str) -> bytes:
+    """Undo the broker-wide incoming compression (section 2). Raises RemoteProtocolError."""
+    if compression in ("none", ""):
+        return body
+    if compression == "gzip":
+        try:
+            return gzip.decompress(body)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise RemoteProtocolError(
+                f"gzip decompression failed: {exc}", "bad_compression"
+            ) from exc
+    raise LocalProtocolError(f"unsupported compression {compression!r}")
+
+
+def compress(body: bytes, compression: str) -> bytes:
+    if compression in ("none", ""):
+        return body
+    if compression == "gzip":
+        return gzip.compress(body)
+    raise LocalProtocolError(f"unsupported compression {compression!r}")
+
+
+# ------------------------------------------------------------------------------ text commands
+
+
+@dataclass(frozen=True, slots=True)
+class TextCommand:
+    """A text command. ``envelope`` is the envelope topic, or None for a bare command."""
+
+    text: str
+    envelope: str | None = ""
+
+
+def is_batch(body: bytes | memoryview) -> bool:
+    """The broker's test (``isBatchMessage``): magic, topic length > 0 that fits the body."""
+    if len(body) < 6 or body[0] != 0xBA or body[1] != 0x7C:
+        return False
+    (topic_len,) = _U16_AT(body, 2)
+    return topic_len != 0 and topic_len + 2 <= len(body)
+
+
+def decode_text(body: bytes) -> TextCommand:
+    """A text body as the broker reads it: the envelope when its topic length fits, else the bare
+    body. The command is stripped of NULs and whitespace at both ends."""
+    if len(body) >= 2:
+        (topic_len,) = _U16_AT(body, 0)
+        if topic_len + 2 <= len(body):
+            topic = body[2 : 2 + topic_len].decode("utf-8", "replace")
+            text = body[2 + topic_len :].decode("utf-8", "replace")
+            return TextCommand(text.strip("\x00 \t\n\r"), topic)
+    return TextCommand(body.decode("utf-8", "replace").strip("\x00 \t\n\r"), None)
+
+
+def encode_text(command: str, envelope: str = "") -> bytes:
+    """The body of a text command in the envelope (client role)."""
+    topic = envelope.encode()
+    if len(topic) > 0xFFFF:
+        raise LocalProtocolError("envelope topic longer than 65535 bytes")
+    return _U16.pack(len(topic)) + topic + command.encode()
+
+
+def parse_params(args: str) -> dict[str, str]:
+    """The broker's ``parseKeyValueArgs``: ``key=value`` tokens in any order; ``message=``
+    swallows the rest of the line (trimmed)."""
+    out: dict[str, str] = {}
+    idx = args.find("message=")
+    head = args if idx < 0 else args[:idx]
+    for part in head.split():
+        key, sep, value = part.partition("=")
+        if sep:
+            out[key] = value
+    if idx >= 0:
+        out["message"] = args[idx + 8 :].strip()
+    return out
+
+
+# ---------------------------------------------------------------------------------- batches
+
+
+class Message(NamedTuple):
+    """One message of a binary batch (strings as UTF-8 bytes)."""
+
+    offset: int = 0
+    seq: int = 0
+    producer_id: bytes = b""
+    key: bytes = b""
+    epoch: int = 0
+    payload: bytes = b""
+    event_type: bytes = b""
+    schema_version: int = 0
+    aggregate_version: int = 0
+    metadata: bytes = b""
+
+
+@dataclass(slots=True)
+class Batch:
+    """A binary batch. ``body`` holds exactly ``count`` encoded messages (section 5.1, from the
+    first message's offset field); ``starts`` the byte position of each message in ``body``."""
+
+    topic: str
+    partition: int
+    acks: str
+    idempotent: bool
+    seq_start: int
+    seq_end: int
+    count: int
+    body: bytes
+    starts: array | None = None
+
+    def messages(self) -> list[Message]:
+        return decode_messages(self.body, self.count)
+
+
+class BatchDecodeError(RemoteProtocolError):
+    """A malformed batch. ``str(exc)`` is the Go broker's error text (after ``ERROR: ``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "malformed_batch")
+
+
+def _eof(buf_len: int, pos: int) -> str:
+    # io.ReadFull / binary.Read: EOF when nothing was read, "unexpected EOF" for a partial read
+    return "EOF" if pos >= buf_len else "unexpected EOF"
+
+
+_STEPS = (
+    (8, "offset", None),
+    (8, "seqNum", None),
+    (2, "producerID length", "producerID bytes"),
+    (2, "key length", "key bytes"),
+    (8, "epoch", None),
+    (4, "payload length", "payload bytes"),
+    (2, "event type length", "event type"),
+    (4, "schema version", None),
+    (8, "aggregate version", None),
+    (2, "metadata length", "metadata"),
+)
+
+
+def _strict_walk(buf: bytes, pos: int, count: int) -> None:
+    """Re-walk a batch that failed the fast walk, raising the Go decoder's exact error."""
+    n = len(buf)
+    for i in range(count):
+        for size, what, what_bytes in _STEPS:
+            if pos + size > n:
+                raise BatchDecodeError(f"failed to read message[{i}] {what}: {_eof(n, pos)}")
+            if what_bytes is None:
+                pos += size
+                continue
+            length = (_U16_AT if size == 2 else _U32_AT)(buf, pos)[0]
+            pos += size
+            if length and pos + length > n:
+                raise BatchDecodeError(f"failed to read message[{i}] {what_bytes}: {_eof(n, pos)}")
+            pos += length
+
+
+def walk_messages(buf: bytes, pos: int, count: int) -> tuple[array, int]:
+    """Positions (relative to ``pos``) of ``count`` messages starting at ``pos``, and the end
+    position. Raises
+    BatchDecodeError with the Go decoder's message when the data is short."""
+    starts = array("I", bytes(4 * count)) if count else array("I")
+    u16, u32 = _U16_AT, _U32_AT
+    p = pos
+    try:
+        for i in range(count):
+            starts[i] = p - pos
+            p += 18 + u16(buf, p + 16)[0]  # offset, seq, producer id
+            p += 10 + u16(buf, p)[0]  # key, epoch
+            p += 4 + u32(buf, p)[0]  # payload
+            p += 14 + u16(buf, p)[0]  # event type, schema version, aggregate version
+            p += 2 + u16(buf, p)[0]  # metadata
+    except struct.error:
+        p = len(buf) + 1
+    if p > len(buf):
+        _strict_walk(buf, pos, count)
+        raise BatchDecodeError("truncated batch")  # pragma: no cover - strict walk raises
+    return starts, p
+
+
+def decode_batch(body: bytes) -> Batch:
+    """Parse a binary batch (produce request, or a CONSUME/STREAM reply in the client role).
+    Errors carry the Go broker's ``DecodeBatchMessages`` texts. Trailing bytes are ignored, as
+    the broker does."""
+    n = len(body)
+    if n < 2:
+        raise BatchDecodeError("data too short")
+    if _U16_AT(body, 0)[0] != MAGIC:
+        raise BatchDecodeError(f"invalid magic number: {_U16_AT(body, 0)[0]:x}")
+    pos = 2
+    if pos + 2 > n:
+        raise BatchDecodeError(f"failed to read topic length: {_eof(n, pos)}")
+    (tlen,) = _U16_AT(body, pos)
+    pos += 2
+    if tlen and pos + tlen > n:
+        raise BatchDecodeError(f"failed to read topic bytes: {_eof(n, pos)}")
+    topic = body[pos : pos + tlen].decode("utf-8", "replace")
+    pos += tlen
+    if pos + 4 > n:
+        raise BatchDecodeError(f"failed to read partition: {_eof(n, pos)}")
+    (partition,) = _I32.unpack_from(body, pos)
+    pos += 4
+    if pos + 1 > n:
+        raise BatchDecodeError(f"failed to read acks length: {_eof(n, pos)}")
+    alen = body[pos]
+    pos += 1
+    if alen and pos + alen > n:
+        raise BatchDecodeError(f"failed to read acks bytes: {_eof(n, pos)}")
+    acks = body[pos : pos + alen].decode("utf-8", "replace")
+    pos += alen
+    if pos + 1 > n:
+        raise BatchDecodeError(f"failed to read isIdempotent: {_eof(n, pos)}")
+    idempotent = body[pos] != 0
+    pos += 1
+    if pos + 8 > n:
+        raise BatchDecodeError(f"failed to read batch start: {_eof(n, pos)}")
+    if pos + 16 > n:
+        raise BatchDecodeError(f"failed to read batch end: {_eof(n, pos + 8)}")
+    if pos + 20 > n:
+        raise BatchDecodeError(f"failed to read message count: {_eof(n, pos + 16)}")
+    seq_start, seq_end, count = _SEQS.unpack_from(body, pos)
+    pos += 20
+    if count < 0:
+        raise BatchDecodeError(f"invalid negative message count: {count}")
+    if count > MAX_BATCH_MESSAGES:
+        raise BatchDecodeError(f"message count too high: {count} (max: {MAX_BATCH_MESSAGES})")
+    starts, end = walk_messages(body, pos, count)
+    return Batch(
+        topic, partition, acks, idempotent, seq_start, seq_end, count, body[pos:end], starts
+    )
+
+
+def batch_header(
+    topic: str,
+    partition: int,
+    acks: str,
+    idempotent: bool,
+    seq_start: int,
+    seq_end: int,
+    count: int,
+) -> bytes:
+    t = topic.encode()
+    a = acks.encode()
+    if len(t) > 0xFFFF or len(a) > 0xFF:
+        raise LocalProtocolError("topic or acks too long for a batch header")
+    return b"".join(
+        (
+            MAGIC_BYTES,
+            _U16.pack(len(t)),
+            t,
+            _I32.pack(partition),
+            _U8.pack(len(a)),
+            a,
+            b"\x01" if idempotent else b"\x00",
+            _SEQS.pack(seq_start, seq_end, count),
+        )
+    )
+
+
+def encode_batch(batch: Batch) -> bytes:
+    """A batch's frame body (header + messages)."""
+    return (
+        batch_header(
+            batch.topic,
+            batch.partition,
+            batch.acks,
+            batch.idempotent,
+            batch.seq_start,
+            batch.seq_end,
+            batch.count,
+        )
+        + batch.body
+    )
+
+
+def encode_messages(messages: Iterable[Message]) -> bytes:
+    parts: list[bytes] = []
+    append = parts.append
+    head, u16, u32, i64 = _MSG_HEAD.pack, _U16.pack, _U32.pack, _I64.pack
+    tail = struct.Struct(">IQH").pack
+    for m in messages:
+        if (
+            len(m.producer_id) > 0xFFFF
+            or len(m.key) > 0xFFFF
+            or len(m.event_type) > 0xFFFF
+            or len(m.metadata) > 0xFFFF
+        ):
+            raise LocalProtocolError("a message string field is longer than 65535 bytes")
+        append(head(m.offset, m.seq, len(m.producer_id)))
+        append(m.producer_id)
+        append(u16(len(m.key)))
+        append(m.key)
+        append(i64(m.epoch))
+        append(u32(len(m.payload)))
+        append(m.payload)
+        append(u16(len(m.event_type)))
+        append(m.event_type)
+        append(tail(m.schema_version, m.aggregate_version, len(m.metadata)))
+        append(m.metadata)
+    return b"".join(parts)
+
+
+def make_batch(
+    topic: str,
+    partition: int,
+    messages: Sequence[Message],
+    acks: str = "1",
+    idempotent: bool = False,
+) -> Batch:
+    """A batch from messages (client role, and replies); seq_start/seq_end from the messages."""
+    body = encode_messages(messages)
+    seq_start = messages[0].seq if messages else 0
+    seq_end = messages[-1].seq if messages else 0
+    return Batch(topic, partition, acks, idempotent, seq_start, seq_end, len(messages), body)
+
+
+def decode_messages(body: bytes | memoryview, count: int) -> list[Message]:
+    buf = bytes(body)
+    out: list[Message] = []
+    u16, u32 = _U16_AT, _U32_AT
+    head = _MSG_HEAD.unpack_from
+    i64 = _I64.unpack_from
+    tail = struct.Struct(">IQH").unpack_from
+    p = 0
+    try:
+        for _ in range(count):
+            offset, seq, plen = head(buf, p)
+            p += 18
+            pid = buf[p : p + plen]
+            p += plen
+            (klen,) = u16(buf, p)
+            key = buf[p + 2 : p + 2 + klen]
+            p += 2 + klen
+            (epoch,) = i64(buf, p)
+            (vlen,) = u32(buf, p + 8)
+            p += 12
+            payload = buf[p : p + vlen]
+            p += vlen
+            (elen,) = u16(buf, p)
+            event_type = buf[p + 2 : p + 2 + elen]
+            p += 2 + elen
+            schema, aggregate, mlen = tail(buf, p)
+            p += 14
+            metadata = buf[p : p + mlen]
+            p += mlen
+            out.append(
+                Message(
+                    offset, seq, pid, key, epoch, payload, event_type, schema, aggregate, metadata
+                )
+            )
+    except struct.error as exc:
+        raise BatchDecodeError(f"truncated message block: {exc}") from exc
+    if p > len(buf):
+        raise BatchDecodeError("truncated message block")
+    return out
+
+
+# ---------------------------------------------------------------------------------- acks
+
+ACK_FIELDS = ("status", "last_offset", "producer_epoch", "producer_id", "seq_start", "seq_end")
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The JSON produce acknowledgement (5.2), fields in the Go struct's order."""
+
+    status: str = "OK"
+    last_offset: int = 0
+    producer_epoch: int = 0
+    producer_id: str = ""
+    seq_start: int = 0
+    seq_end: int = 0
+    leader: str = ""
+    error: str = ""
+
+
+def encode_ack(ack: Ack) -> bytes:
+    obj: dict[str, object] = {
+        "status": ack.status,
+        "last_offset": ack.last_offset,
+        "producer_epoch": ack.producer_epoch,
+        "producer_id": ack.producer_id,
+        "seq_start": ack.seq_start,
+        "seq_end": ack.seq_end,
+    }
+    if ack.leader:
+        obj["leader"] = ack.leader
+    if ack.error:
+        obj["error"] = ack.error
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode_ack(body: bytes) -> Ack:
+    """Parse a JSON ack (client role). Raises RemoteProtocolError when it is not one."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RemoteProtocolError(f"not a JSON ack: {body[:80]!r}", "bad_ack") from exc
+    if not isinstance(obj, dict):
+        raise RemoteProtocolError(f"not a JSON ack: {body[:80]!r}", "bad_ack")
+    return Ack(
+        str(obj.get("status", "")),
+        int(obj.get("last_offset", 0)),
+        int(obj.get("producer_epoch", 0)),
+        str(obj.get("producer_id", "")),
+        int(obj.get("seq_start", 0)),
+        int(obj.get("seq_end", 0)),
+        str(obj.get("leader", "")),
+        str(obj.get("error", "")),
+    )
+
+
+# ------------------------------------------------------------------------- replies (client)
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    """The empty frame a STREAM sends every 5 s."""
+
+
+def decode_reply(body: bytes) -> Keepalive | Batch | str:
+    """A reply frame as a client sees it: keepalive, batch, or text."""
+    if not body:
+        return Keepalive()
+    if body[:2] == MAGIC_BYTES:
+        return decode_batch(body)
+    return body.decode("utf-8", "replace")
+
+
+# --------------------------------------------------------- records <-> messages (the model)
+
+H_PRODUCER_ID = RESERVED_HEADER_PREFIX + "cursus.producer_id"
+H_SEQ = RESERVED_HEADER_PREFIX + "cursus.seq"
+H_EPOCH = RESERVED_HEADER_PREFIX + "cursus.epoch"
+H_EVENT_TYPE = RESERVED_HEADER_PREFIX + "cursus.event_type"
+H_SCHEMA_VERSION = RESERVED_HEADER_PREFIX + "cursus.schema_version"
+H_AGGREGATE_VERSION = RESERVED_HEADER_PREFIX + "cursus.aggregate_version"
+H_METADATA = RESERVED_HEADER_PREFIX + "cursus.metadata"
+
+
+def message_to_record(m: Message, timestamp_us: int, offset: int = -1) -> Record:
+    """The model's record for a message; the Cursus-only fields become reserved headers (only
+    the ones that are set)."""
+    headers: list[tuple[str, bytes]] = []
+    if m.producer_id:
+        headers.append((H_PRODUCER_ID, m.producer_id))
+    if m.seq:
+        headers.append((H_SEQ, str(m.seq).encode()))
+    if m.epoch:
+        headers.append((H_EPOCH, str(m.epoch).encode()))
+    if m.event_type:
+        headers.append((H_EVENT_TYPE, m.event_type))
+    if m.schema_version:
+        headers.append((H_SCHEMA_VERSION, str(m.schema_version).encode()))
+    if m.aggregate_version:
+        headers.append((H_AGGREGATE_VERSION, str(m.aggregate_version).encode()))
+    if m.metadata:
+        headers.append((H_METADATA, m.metadata))
+    return Record(m.key or None, m.payload, tuple(headers), timestamp_us, offset)
+
+
+def record_to_message(r: Record) -> Message:
+    """A stored record as a Cursus message (offset = the record's offset). Headers that are not
+    Cursus reserved headers have no place in the format and are dropped."""
+    pid = event_type = metadata = b""
+    seq = epoch = schema = aggregate = 0
+    for name, value in r.headers:
+        if not name.startswith(RESERVED_HEADER_PREFIX):
+            continue
+        try:
+            if name == H_PRODUCER_ID:
+                pid = bytes(value)
+            elif name == H_SEQ:
+                seq = int(value)
+            elif name == H_EPOCH:
+                epoch = int(value)
+            elif name == H_EVENT_TYPE:
+                event_type = bytes(value)
+            elif name == H_SCHEMA_VERSION:
+                schema = int(value)
+            elif name == H_AGGREGATE_VERSION:
+                aggregate = int(value)
+            elif name == H_METADATA:
+                metadata = bytes(value)
+        except ValueError:
+            continue
+    key = bytes(r.key or b"")
+    if len(key) > 0xFFFF:
+        key = key[:0xFFFF]
+    return Message(
+        max(r.offset, 0),
+        seq & 0xFFFFFFFFFFFFFFFF,
+        pid[:0xFFFF],
+        key,
+        epoch,
+        bytes(r.value or b""),
+        event_type[:0xFFFF],
+        schema & 0xFFFFFFFF,
+        aggregate & 0xFFFFFFFFFFFFFFFF,
+        metadata[:0xFFFF],
+    )
+
+
+# ------------------------------------------------------- the stored block (a model BatchCodec)
+
+_BLOCK_HEAD = struct.Struct("<Iq")  # count, timestamp_us; then count x u32 LE message starts
+_LITTLE = sys.byteorder == "little"
+
+
+def _starts_bytes(starts: array) -> bytes:
+    if _LITTLE:
+        return starts.tobytes()
+    swapped = array("I", starts)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+class CursusBlockCodec:
+    """How a produced Cursus batch is kept in the model: its messages exactly as received, behind
+    a small index (count, append timestamp, message starts), so a Cursus consumer gets them back
+    with only the offsets patched and no per-record objects. Other protocols decode it to
+    records with the Cursus-only fields as reserved headers."""
+
+    name = "cursus"
+
+    @staticmethod
+    def block(messages: bytes, starts: array, timestamp_us: int) -> bytes:
+        head = _BLOCK_HEAD.pack(len(starts), timestamp_us)
+        return b"".join((head, _starts_bytes(starts), messages))
+
+    @staticmethod
+    def split(block: bytes | memoryview) -> tuple[int, int, array, memoryview]:
+        """(count, timestamp_us, starts, messages) of a block."""
+        count, ts = _BLOCK_HEAD.unpack_from(block, 0)
+        head = _BLOCK_HEAD.size
+        starts = array("I")
+        starts.frombytes(bytes(block[head : head + 4 * count]))
+        if not _LITTLE:
+            starts.byteswap()
+        return count, ts, starts, memoryview(block)[head + 4 * count :]
+
+    def encode(self, records: Sequence[Record]) -> bytes:
+        body = encode_messages(record_to_message(r) for r in records)
+        starts, _ = walk_messages(body, 0, len(records))
+        ts = max((r.timestamp_us for r in records), default=-1)
+        return self.block(body, starts, ts)
+
+    def decode(self, data: bytes | memoryview, base_offset: int) -> list[Record]:
+        count, ts, _, messages = self.split(data)
+        msgs = decode_messages(messages, count)
+        if base_offset < 0:
+            return [message_to_record(m, ts) for m in msgs]
+        return [message_to_record(m, ts, base_offset + i) for i, m in enumerate(msgs)]
+
+
+CURSUS_BLOCK = CursusBlockCodec()
+
+
+def patch_offsets(
+    block: bytes | memoryview, base_offset: int, start: int = 0, stop: int | None = None
+) -> tuple[bytearray, int, int, int]:
+    """Messages ``[start, stop)`` of a stored block with their offsets set (message ``i`` of the
+    block gets ``base_offset + i``): (messages, count, first seq, last seq)."""
+    count, _, starts, messages = CursusBlockCodec.split(block)
+    stop = count if stop is None else min(stop, count)
+    if start >= stop:
+        return bytearray(), 0, 0, 0
+    begin = starts[start]
+    end = starts[stop] if stop < count else len(messages)
+    out = bytearray(messages[begin:end])
+    pack_into = _U64.pack_into
+    offset = base_offset + start
+    window = starts[start:stop]
+    for s in window:
+        pack_into(out, s - begin, offset)
+        offset += 1
+    first = _U64.unpack_from(out, window[0] - begin + 8)[0]
+    last = _U64.unpack_from(out, window[-1] - begin + 8)[0]
+    return out, stop - start, first, last
+
+
+def message_ids(body: bytes | memoryview, start: int) -> tuple[int, bytes, int]:
+    """(seq, producer_id, epoch) of the message at ``start`` in a message block."""
+    _, seq, plen = _MSG_HEAD.unpack_from(body, start)
+    p = start + 18
+    pid = bytes(body[p : p + plen])
+    p += plen
+    (klen,) = _U16_AT(body, p)
+    (epoch,) = _I64.unpack_from(body, p + 2 + klen)
+    return seq, pid, epoch

@@ -1,0 +1,1144 @@
+"""One Cursus connection: frames in, commands of the model to the core, replies out in order.
+
+Replies follow the Go broker at ``c436b45`` (standalone) word for word, except where the issue
+and cursus.md section 9.6 ask for the newer dialect that cursus-client 0.1.1 needs: FETCH_OFFSET
+``OK offset=N`` (a listener option), METADATA, FIND_COORDINATOR, rebalance tokens (GEN_MISMATCH,
+member_not_found, NOT_OWNER) from HEARTBEAT and commits, an error reply for a batch to an unknown
+topic, the batch header's partition honoured, ``last_offset`` = last assigned offset, a JSON ack
+for acks 0 and ``STREAM_CONTROL`` before a stream closes.
+
+Group state lives in the core's GroupCoordinator (members, generations, range assignment, session
+timeouts). What is Cursus-only (a group is bound to one topic; the time of the last heartbeat and
+rebalance for GROUP_STATUS) is kept per core in :class:`CursusState`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import weakref
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import trio
+
+from gateway.core.partitioner import partition_for_key
+from gateway.model import (
+    Acks,
+    CommitOffset,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    DescribeGroup,
+    DescribeTopic,
+    ErrorCode,
+    Fetch,
+    FetchOffset,
+    FetchResult,
+    GatewayError,
+    GroupDescription,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    ListOffsets,
+    ListTopics,
+    OffsetSpec,
+    Partitioning,
+    Produce,
+    RecordBatch,
+    SyncGroup,
+    TopicInfo,
+    now_us,
+)
+from gateway.observability import (
+    BYTES_IN,
+    BYTES_OUT,
+    RECORDS_IN,
+    RECORDS_OUT,
+    REQUEST_LATENCY,
+    REQUESTS,
+    protocol_error,
+)
+from gateway.protocols.cursus import codec
+from gateway.protocols.cursus.codec import (
+    CURSUS_BLOCK,
+    Ack,
+    BatchDecodeError,
+    FrameBuffer,
+    RemoteProtocolError,
+)
+
+PROTOCOL = "cursus"
+RECV_BYTES = 1 << 18
+DEFAULT_GROUP = "default-group"
+DEFAULT_MAX_POLL_RECORDS = 8192
+MAX_REPLY_BYTES = 32 << 20
+H_IDEMPOTENT = "cursus.idempotent"
+H_EVENT_SOURCING = "cursus.event_sourcing"
+
+MALFORMED = "ERROR: malformed input - missing topic or payload"
+
+HELP = """Available commands:
+CREATE topic=<name> [partitions=<N>] [idempotent=<true|false>] - create topic (default partitions=4, idempotent=false)
+DELETE topic=<name> - delete topic
+LIST - list all topics
+PUBLISH topic=<name> acks=<0|1> message=<text> producerId=<id> [seqNum=<N> epoch=<N>] [isIdempotent=<true|false>] - publish message
+CONSUME topic=<name> partition=<N> offset=<N> group=<name> [autoOffsetReset=<earliest|latest>] - consume messages
+JOIN_GROUP topic=<name> group=<name> member=<id> - join consumer group
+SYNC_GROUP topic=<name> group=<name> member=<id> generation=<N> - sync group assignments
+LEAVE_GROUP group=<name> member=<id> - leave consumer group
+HEARTBEAT topic=<name> group=<name> member=<id> - send heartbeat
+COMMIT_OFFSET topic=<name> partition=<N> group=<name> offset=<N> - commit offset
+FETCH_OFFSET topic=<name> partition=<N> group=<name> - fetch committed offset
+REGISTER_GROUP topic=<name> group=<name> - register consumer group
+GROUP_STATUS group=<name> - get group status
+DESCRIBE topic=<name> - get topic/partition metadata (leader, ISR, offsets)
+APPEND_STREAM topic=<name> key=<aggregate_key> version=<N> event_type=<type> message=<payload> - append event to stream
+READ_STREAM topic=<name> key=<aggregate_key> [from_version=<N>] - read events from stream (binary response)
+SAVE_SNAPSHOT topic=<name> key=<aggregate_key> version=<N> message=<json_payload> - save aggregate snapshot
+READ_SNAPSHOT topic=<name> key=<aggregate_key> - read latest snapshot
+STREAM_VERSION topic=<name> key=<aggregate_key> - get current stream version
+HELP - show this help
+EXIT - exit"""  # noqa: E501 - the broker's text, verbatim
+
+# the broker's isCommand keywords (prefix match), plus the newer dialect's METADATA/FIND_COORDINATOR
+KEYWORDS = (
+    "CREATE", "DELETE", "LIST", "LIST_CLUSTER", "PUBLISH", "CONSUME", "STREAM", "HELP",
+    "HEARTBEAT", "JOIN_GROUP", "LEAVE_GROUP", "COMMIT_OFFSET", "BATCH_COMMIT", "REGISTER_GROUP",
+    "GROUP_STATUS", "FETCH_OFFSET", "LIST_GROUPS", "SYNC_GROUP", "DESCRIBE",
+    "APPEND_STREAM", "READ_STREAM", "SAVE_SNAPSHOT", "READ_SNAPSHOT", "STREAM_VERSION",
+    "METADATA", "FIND_COORDINATOR",
+)  # fmt: skip
+EVENT_SOURCING = ("APPEND_STREAM ", "READ_STREAM ", "SAVE_SNAPSHOT ", "READ_SNAPSHOT ",
+                  "STREAM_VERSION ")  # fmt: skip
+ACKS = {"0": Acks.NONE, "1": Acks.LEADER, "-1": Acks.ALL, "all": Acks.ALL}
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_UINT = re.compile(r"\+?[0-9]+\Z")
+ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def go_atoi(text: str | None) -> int | None:
+    """strconv.Atoi: an optionally signed decimal, nothing else (None when invalid)."""
+    if text is None or not _INT.match(text):
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def go_uint(text: str | None) -> int | None:
+    """strconv.ParseUint(s, 10, 64)."""
+    if text is None or not _UINT.match(text):
+        return None
+    value = int(text)
+    return value if value < 2**64 else None
+
+
+def go_list(values: list[int] | tuple[int, ...]) -> str:
+    """Go's ``%v`` of an []int."""
+    return "[" + " ".join(str(v) for v in values) + "]"
+
+
+def go_time(wall: float | None) -> str:
+    if not wall:
+        return ZERO_TIME
+    return datetime.fromtimestamp(wall, UTC).isoformat().replace("+00:00", "Z")
+
+
+# ------------------------------------------------------------------------ shared Cursus state
+
+
+@dataclass
+class GroupBinding:
+    topic: str
+    partitions: int
+
+
+@dataclass
+class CursusState:
+    """Cursus-only group facts shared by the connections of one core."""
+
+    groups: dict[str, GroupBinding] = field(default_factory=dict)
+    heartbeats: dict[tuple[str, str], float] = field(default_factory=dict)
+    rebalances: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def saw(self, desc: GroupDescription) -> None:
+        known = self.rebalances.get(desc.group)
+        if known is None or known[0] != desc.generation:
+            self.rebalances[desc.group] = (desc.generation, time.time())
+
+
+_STATES: weakref.WeakKeyDictionary[Any, CursusState] = weakref.WeakKeyDictionary()
+
+
+def state_for(core: Any) -> CursusState:
+    state = _STATES.get(core)
+    if state is None:
+        state = _STATES[core] = CursusState()
+    return state
+
+
+# ---------------------------------------------------------------------------------- replies
+
+
+@dataclass
+class StreamSpec:
+    topic: str
+    partition: int
+    group: str
+    member: str
+    generation: int
+    offset: int
+    batch: int
+    committed: int = -1
+
+
+@dataclass
+class Reply:
+    body: bytes | None = None
+    close: bool = False
+    stream: StreamSpec | None = None
+
+
+@dataclass
+class CommonArgs:
+    topic: str
+    partition: int
+    group: str
+    member: str
+    generation: int
+    offset: int | None
+    batch: int
+    wait_ms: int
+    reset: str
+
+
+def build_reply_batch(topic: str, partition: int, batches: tuple[RecordBatch, ...]) -> bytes:
+    """A CONSUME/STREAM reply: stored Cursus blocks pass through with offsets patched; other
+    formats are decoded and re-encoded."""
+    parts: list[bytes | bytearray] = []
+    count = 0
+    first_seq = last_seq = 0
+    for b in batches:
+        window = b.encoded_window(CURSUS_BLOCK)
+        if window is not None:
+            block, start, stop = window
+            body, n, fs, ls = codec.patch_offsets(block, b.base_offset, start, stop)
+        else:
+            msgs = [codec.record_to_message(r) for r in b.records]
+            body, n = codec.encode_messages(msgs), len(msgs)
+            fs, ls = (msgs[0].seq, msgs[-1].seq) if msgs else (0, 0)
+        if not n:
+            continue
+        if not count:
+            first_seq = fs
+        last_seq = ls
+        count += n
+        parts.append(body)
+    head = codec.batch_header(topic, partition, "1", False, first_seq, last_seq, count)
+    return head + b"".join(parts)
+
+
+# ---------------------------------------------------------------------------------- session
+
+
+class CursusSession:
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.core = ctx.core
+        self.cfg = ctx.listener
+        self.state = state_for(ctx.core)
+        self.log = ctx.log.bind(protocol=PROTOCOL, peer=ctx.peer)
+        self._interrupt: trio.CancelScope | None = None
+        self._api = "unknown"
+        self._handlers = {
+            "CREATE ": self._create,
+            "DELETE ": self._delete,
+            "PUBLISH ": self._publish,
+            "REGISTER_GROUP ": self._register_group,
+            "JOIN_GROUP ": self._join_group,
+            "SYNC_GROUP ": self._sync_group,
+            "LEAVE_GROUP ": self._leave_group,
+            "FETCH_OFFSET ": self._fetch_offset,
+            "GROUP_STATUS ": self._group_status,
+            "DESCRIBE ": self._describe,
+            "HEARTBEAT ": self._heartbeat,
+            "COMMIT_OFFSET ": self._commit_offset,
+            "BATCH_COMMIT ": self._batch_commit,
+            "METADATA ": self._metadata,
+            "FIND_COORDINATOR ": self._find_coordinator,
+        }
+
+    # ------------------------------------------------------------------ connection loop
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_shutdown)
+            try:
+                await self._serve(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _watch_shutdown(self) -> None:
+        await self.ctx.shutdown.wait()
+        if self._interrupt is not None:
+            self._interrupt.cancel()
+
+    async def _serve(self, stream: trio.abc.Stream) -> None:
+        buf = FrameBuffer(self.cfg.max_frame_bytes)
+        bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
+        bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+        while not self.ctx.shutdown.is_set():
+            with trio.CancelScope() as scope:
+                self._interrupt = scope
+                data = await stream.receive_some(RECV_BYTES)
+            self._interrupt = None
+            if scope.cancelled_caught or not data:
+                return
+            bytes_in.inc(len(data))
+            buf.feed(data)
+            while True:
+                try:
+                    body = buf.next_frame()
+                except RemoteProtocolError as exc:
+                    protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+                    return
+                if body is None:
+                    break
+                reply = await self.handle(body)
+                if reply.body is not None:
+                    out = codec.frame(reply.body)
+                    await stream.send_all(out)
+                    bytes_out.inc(len(out))
+                if reply.stream is not None:
+                    await self._run_stream(stream, reply.stream)
+                    return
+                if reply.close:
+                    return
+
+    async def handle(self, body: bytes) -> Reply:
+        """One request frame -> its reply (and whether to close or start streaming)."""
+        started = time.perf_counter()
+        self._api = "unknown"
+        try:
+            reply = await self._dispatch(body)
+        except GatewayError as exc:  # a backend failure nobody mapped: say so, keep serving
+            self.log.warning("request_failed", api=self._api, error=str(exc))
+            reply = Reply(f"ERROR: {exc.code.value}: {exc.message}".encode())
+        except Exception:
+            self.log.exception("request_crashed", api=self._api)
+            reply = Reply(b"ERROR: internal error")
+        outcome = "ok"
+        if reply.body is not None and (
+            reply.body.startswith(b"ERROR") or reply.body.startswith(b'{"status":"ERROR"')
+        ):
+            outcome = "error"
+        REQUESTS.labels(protocol=PROTOCOL, api=self._api, outcome=outcome).inc()
+        REQUEST_LATENCY.labels(protocol=PROTOCOL, api=self._api).observe(
+            time.perf_counter() - started
+        )
+        return reply
+
+    async def _dispatch(self, body: bytes) -> Reply:
+        try:
+            body = codec.decompress(body, self.cfg.compression)
+        except RemoteProtocolError as exc:  # the broker drops the connection without a reply
+            protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+            return Reply(close=True)
+        if codec.is_batch(body):
+            self._api = "batch"
+            return await self._batch(body)
+        cmd = codec.decode_text(body)
+        text = cmd.text
+        upper = text.upper()
+        if not upper.startswith(KEYWORDS):
+            if cmd.envelope is None:  # neither an envelope nor a command: closed, no reply
+                protocol_error(self.log, PROTOCOL, "malformed_input", input=text[:80])
+                return Reply(close=True)
+            protocol_error(self.log, PROTOCOL, "malformed_input", input=text[:80])
+            return Reply(MALFORMED.encode(), close=True)
+        result = await self._command(text.strip(), upper.strip())
+        return result if isinstance(result, Reply) else Reply(_bytes(result))
+
+    async def _command(self, cmd: str, upper: str) -> str | bytes | Reply:
+        if upper.startswith("STREAM "):
+            self._api = "stream"
+            return await self._stream(cmd)
+        if upper.startswith("CONSUME "):
+            self._api = "consume"
+            return await self._consume(cmd)
+        if upper in ("HELP", "LIST_CLUSTER", "LIST"):
+            self._api = upper.lower()
+            if upper == "HELP":
+                return HELP
+            if upper == "LIST_CLUSTER":
+                return "ERROR: distribution not enabled"
+            return await self._list()
+        for prefix, handler in self._handlers.items():
+            if upper.startswith(prefix):
+                self._api = prefix.strip().lower()
+                return await handler(cmd[len(prefix) :])
+        if upper.startswith(EVENT_SOURCING):
+            self._api = "event_sourcing"
+            return "ERROR: event sourcing commands are not supported by this gateway"
+        protocol_error(self.log, PROTOCOL, "unknown_command", command=cmd[:80])
+        return "ERROR: unknown command: " + cmd
+
+    # ------------------------------------------------------------------ helpers
+    async def _topic(self, name: str) -> TopicInfo | None:
+        try:
+            return await self.core.topic(name)
+        except GatewayError as exc:
+            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+                return None
+            raise
+
+    async def _describe_group(self, group: str) -> GroupDescription:
+        desc = await self.core.execute(DescribeGroup(group))
+        self.state.saw(desc)
+        return desc
+
+    async def _group_binding(self, group: str) -> GroupBinding | None:
+        """The topic a group is bound to, or None when the group does not exist for Cursus."""
+        binding = self.state.groups.get(group)
+        if binding is not None:
+            return binding
+        desc = await self._describe_group(group)
+        if desc.generation > 0 and desc.topics:
+            info = await self._topic(desc.topics[0])
+            binding = GroupBinding(desc.topics[0], info.partitions if info else 0)
+            self.state.groups[group] = binding
+            return binding
+        return None
+
+    @staticmethod
+    def _assigned(desc: GroupDescription, member: str) -> set[int] | None:
+        for m in desc.members:
+            if m.member_id == member:
+                return {p for _, p in m.partitions}
+        return None
+
+    async def _owns(self, group: str, member: str, generation: int, partition: int) -> bool:
+        """The broker's ValidateOwnershipAtomic: member present, exact generation, assigned."""
+        desc = await self._describe_group(group)
+        assigned = self._assigned(desc, member)
+        return assigned is not None and desc.generation == generation and partition in assigned
+
+    def _touch(self, group: str, member: str) -> None:
+        self.state.heartbeats[(group, member)] = time.time()
+
+    # ------------------------------------------------------------------ topics
+    async def _create(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        topic = args.get("topic", "")
+        if not topic:
+            return "missing topic parameter. Expected: CREATE topic=<name> [partitions=<N>]"
+        partitions = self.cfg.default_partitions
+        if "partitions" in args:
+            n = go_atoi(args["partitions"])
+            if n is None or n <= 0:
+                return "partitions must be a positive integer"
+            partitions = n
+        if "replication_factor" in args:
+            rf = go_atoi(args["replication_factor"])
+            if rf is None or rf <= 0:
+                return "replication_factor must be a positive integer"
+        config: list[tuple[str, str]] = []
+        if args.get("idempotent", "").lower() == "true":
+            config.append((H_IDEMPOTENT, "true"))
+        if args.get("event_sourcing", "").lower() == "true":
+            config.append((H_EVENT_SOURCING, "true"))
+        try:
+            info = await self.core.execute(CreateTopic(topic, partitions, tuple(config)))
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.TOPIC_EXISTS:
+                return f"ERROR: failed to create topic '{topic}': {exc.message}"
+            info = await self.core.topic(topic)
+            if info.partitions < partitions:
+                try:
+                    info = await self.core.execute(
+                        CreatePartitions(topic, partitions - info.partitions)
+                    )
+                except GatewayError as exc2:
+                    return f"ERROR: failed to create topic '{topic}': {exc2.message}"
+        self.state.groups.setdefault(DEFAULT_GROUP, GroupBinding(topic, info.partitions))
+        return f"Topic '{topic}' now has {info.partitions} partitions"
+
+    async def _delete(self, args_text: str) -> str:
+        topic = codec.parse_params(args_text).get("topic", "")
+        if not topic:
+            return "missing topic parameter. Expected: DELETE topic=<name>"
+        try:
+            await self.core.execute(DeleteTopic(topic))
+        except GatewayError as exc:
+            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+                return f"topic '{topic}' not found"
+            raise
+        return f"\U0001f5d1\ufe0f Topic '{topic}' deleted"
+
+    async def _list(self) -> str:
+        topics = await self.core.execute(ListTopics())
+        if not topics:
+            return "(no topics)"
+        return ", ".join(t.name for t in topics)
+
+    async def _describe(self, args_text: str) -> str:
+        topic = codec.parse_params(args_text).get("topic", "")
+        if not topic:
+            return "missing topic parameter. Expected: DESCRIBE topic=<name>"
+        try:
+            desc = await self.core.execute(DescribeTopic(topic))
+        except GatewayError as exc:
+            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+                return f"topic '{topic}' not found"
+            raise
+        meta = {
+            "topic": topic,
+            "partitions": [
+                {
+                    "id": p.partition,
+                    "leader": "",
+                    "replicas": None,
+                    "isr": None,
+                    "leo": p.high_watermark,
+                    "hwm": p.high_watermark,
+                }
+                for p in desc.partitions
+            ],
+        }
+        return json.dumps(meta, indent=2, ensure_ascii=False)
+
+    async def _metadata(self, args_text: str) -> str:
+        topic = codec.parse_params(args_text).get("topic", "")
+        if not topic:
+            return "ERROR: missing_topic command=METADATA"
+        info = await self._topic(topic)
+        if info is None:
+            return f"ERROR: topic_not_found topic={topic}"
+        addr = f"{self.ctx.advertised_host}:{self.ctx.advertised_port}"
+        n = info.partitions
+        return (
+            f"OK topic={topic} partitions={n} leaders={','.join([addr] * n)} "
+            f"epochs={','.join(['0'] * n)}"
+        )
+
+    async def _find_coordinator(self, args_text: str) -> str:
+        if not codec.parse_params(args_text).get("group"):
+            return "ERROR: missing_group command=FIND_COORDINATOR"
+        return (
+            f"OK coordinator_id=standalone host={self.ctx.advertised_host} "
+            f"port={self.ctx.advertised_port}"
+        )
+
+    # ------------------------------------------------------------------ produce
+    async def _publish(self, args_text: str) -> str | bytes:
+        args = codec.parse_params(args_text)
+        topic = args.get("topic", "")
+        if not topic:
+            return "ERROR: missing topic parameter"
+        message = args.get("message", "")
+        if not message:
+            return "ERROR: missing message parameter"
+        producer_id = args.get("producerId", "")
+        if not producer_id:
+            return "ERROR: missing producerID parameter"
+        acks = args.get("acks") or "1"
+        idempotent = False
+        if "isIdempotent" in args:
+            value = args["isIdempotent"].lower()
+            if value not in ("true", "false"):
+                return (
+                    f"ERROR: invalid isIdempotent value: {args['isIdempotent']}. "
+                    "Expected 'true' or 'false'"
+                )
+            idempotent = value == "true"
+        if acks.lower() not in ACKS:
+            protocol_error(self.log, PROTOCOL, "bad_acks", acks=acks[:20])
+            return f"ERROR: invalid acks value: {acks}. Expected -1 (all), 0, or 1"
+        seq = 0
+        if "seqNum" in args:
+            parsed = go_uint(args["seqNum"])
+            if parsed is None:
+                return f'ERROR: invalid seqNum: strconv.ParseUint: parsing "{args["seqNum"]}": invalid syntax'  # noqa: E501
+            seq = parsed
+        epoch = 0
+        if "epoch" in args:
+            parsed = go_atoi(args["epoch"])
+            if parsed is None:
+                return f'ERROR: invalid epoch: strconv.ParseInt: parsing "{args["epoch"]}": invalid syntax'  # noqa: E501
+            epoch = parsed
+        info = await self._topic(topic)
+        if info is None:
+            return f"ERROR: topic '{topic}' does not exist"
+        msg = codec.Message(
+            seq=seq, producer_id=producer_id.encode(), epoch=epoch, payload=message.encode()
+        )
+        record = codec.message_to_record(msg, now_us())
+        idem = idempotent or info.get(H_IDEMPOTENT) == "true"
+        try:
+            result = await self.core.execute(
+                Produce(
+                    topic,
+                    RecordBatch([record]),
+                    partition=partition_for_key(producer_id.encode(), info.partitions)
+                    if idem
+                    else None,
+                    partitioning=Partitioning.ROUND_ROBIN,
+                    acks=ACKS[acks.lower()],
+                    producer_id=producer_id if idem else None,
+                    producer_epoch=epoch,
+                    sequence=seq if idem else None,
+                )
+            )
+        except GatewayError as exc:
+            return codec.encode_ack(Ack("ERROR", error=_idempotence_error(exc)))
+        RECORDS_IN.labels(protocol=PROTOCOL).inc()
+        if acks == "0":
+            return "OK"
+        return codec.encode_ack(Ack("OK", result.last_offset, epoch, producer_id, seq, seq))
+
+    async def _batch(self, body: bytes) -> Reply:
+        try:
+            batch = codec.decode_batch(body)
+        except BatchDecodeError as exc:
+            protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+            return Reply(f"ERROR: {exc}".encode())
+        acks = batch.acks or "1"
+        mode = ACKS.get(acks.lower())
+        if mode is None:
+            protocol_error(self.log, PROTOCOL, "bad_acks", acks=acks[:20])
+            return Reply(
+                f"ERROR: invalid acks value in batch: {acks}. Expected -1 (all), 0, or 1".encode()
+            )
+        info = await self._topic(batch.topic)
+        if info is None:
+            return Reply(f"ERROR: topic_not_found topic={batch.topic}".encode())
+        if not 0 <= batch.partition < info.partitions:
+            return Reply(f"ERROR: partition_not_found partition={batch.partition}".encode())
+        if batch.count == 0:
+            return Reply(codec.encode_ack(Ack("ERROR", error="empty batch messages")))
+        assert batch.starts is not None
+        ts = now_us()
+        records = RecordBatch(
+            encoded=CURSUS_BLOCK.block(batch.body, batch.starts, ts),
+            codec=CURSUS_BLOCK,
+            count=batch.count,
+            max_timestamp_us=ts,
+        )
+        seq_start = codec.message_ids(batch.body, 0)[0]
+        seq_end, producer_id, epoch = codec.message_ids(batch.body, batch.starts[-1])
+        pid = producer_id.decode("utf-8", "replace")
+        idem = (batch.idempotent or info.get(H_IDEMPOTENT) == "true") and bool(pid)
+        try:
+            result = await self.core.execute(
+                Produce(
+                    batch.topic,
+                    records,
+                    partition=batch.partition,
+                    acks=mode,
+                    producer_id=pid if idem else None,
+                    producer_epoch=epoch,
+                    sequence=seq_start if idem else None,
+                )
+            )
+            last_offset = result.last_offset
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.DUPLICATE_SEQUENCE:
+                ack = Ack("ERROR", 0, epoch, pid, seq_start, seq_end, error=_idempotence_error(exc))
+                return Reply(codec.encode_ack(ack))
+            last_offset = 0  # an older retry: stored before, acknowledge it again
+        RECORDS_IN.labels(protocol=PROTOCOL).inc(batch.count)
+        return Reply(codec.encode_ack(Ack("OK", last_offset, epoch, pid, seq_start, seq_end)))
+
+    # ------------------------------------------------------------------ consume
+    def _common(self, args: dict[str, str]) -> CommonArgs | str:
+        """parseCommonArgs; a str is the error reply."""
+        partition = 0
+        if args.get("partition", ""):
+            p = go_atoi(args["partition"])
+            if p is None:
+                return f"ERROR: invalid partition value: {args['partition']}"
+            partition = p
+        generation = -1
+        if args.get("generation", ""):
+            g = go_atoi(args["generation"])
+            if g is None:
+                return f"ERROR: invalid generation value: {args['generation']}"
+            generation = g
+        offset = None
+        if args.get("offset", ""):
+            offset = go_uint(args["offset"])
+            if offset is None:
+                return f"ERROR: invalid offset value: {args['offset']}"
+        batch = go_atoi(args.get("batch"))
+        wait = go_atoi(args.get("wait_ms"))
+        group = args.get("group", "")
+        return CommonArgs(
+            args.get("topic", ""),
+            partition,
+            DEFAULT_GROUP if group in ("", "-") else group,
+            args.get("member", ""),
+            generation,
+            offset,
+            batch if batch and batch > 0 else DEFAULT_MAX_POLL_RECORDS,
+            wait if wait and wait > 0 else 0,
+            args.get("autoOffsetReset", "").lower(),
+        )
+
+    async def _partition_error(self, topic: str, partition: int) -> tuple[TopicInfo | None, str]:
+        info = await self._topic(topic)
+        if info is None:
+            return None, f"ERROR: topic '{topic}' does not exist"
+        if not 0 <= partition < info.partitions:
+            return None, (
+                f"ERROR: partition {partition} out of range for topic '{topic}' "
+                f"(0-{info.partitions - 1})"
+            )
+        return info, ""
+
+    async def _out_of_range(self, topic: str, partition: int, requested: int) -> str:
+        r = await self.core.execute(ListOffsets(topic, partition, OffsetSpec.LATEST))
+        return f"requested={requested} earliest={r.log_start_offset} latest={r.high_watermark}"
+
+    async def _read(self, a: CommonArgs, offset: int, wait_ms: int) -> FetchResult:
+        return await self.core.execute(
+            Fetch(
+                a.topic,
+                a.partition,
+                offset,
+                max_records=a.batch,
+                max_bytes=min(MAX_REPLY_BYTES, self.cfg.max_frame_bytes),
+                max_wait_ms=wait_ms,
+            )
+        )
+
+    async def _consume(self, cmd: str) -> str | bytes:
+        args = codec.parse_params(cmd[8:])
+        if not all(args.get(k) for k in ("topic", "partition", "offset", "member")):
+            return "ERROR: invalid CONSUME syntax"
+        a = self._common(args)
+        if isinstance(a, str):
+            return a
+        info, error = await self._partition_error(a.topic, a.partition)
+        if info is None:
+            return error
+        if await self._group_binding(a.group) is None:
+            return f"ERROR: heartbeat failed: group '{a.group}' not found"
+        desc = await self._describe_group(a.group)
+        assigned = self._assigned(desc, a.member)
+        if assigned is None:
+            return f"ERROR: heartbeat failed: consumer '{a.member}' not found"
+        try:
+            await self.core.execute(Heartbeat(a.group, a.member, desc.generation))
+            self._touch(a.group, a.member)
+        except GatewayError:
+            pass  # expired or rebalanced meanwhile: the ownership check below decides
+        generation = a.generation if a.generation != -1 else desc.generation
+        empty = codec.batch_header(a.topic, a.partition, "1", False, 0, 0, 0)
+        if generation != desc.generation or a.partition not in assigned:
+            return empty
+        assert a.offset is not None
+        try:
+            result = await self._read(a, a.offset, a.wait_ms)
+        except GatewayError as exc:
+            if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                rng = await self._out_of_range(a.topic, a.partition, a.offset)
+                return f"ERROR: OFFSET_OUT_OF_RANGE {rng}"
+            raise
+        n = result.count
+        if n:
+            RECORDS_OUT.labels(protocol=PROTOCOL).inc(n)
+        return build_reply_batch(a.topic, a.partition, result.batches)
+
+    async def _stream(self, cmd: str) -> str | Reply:
+        args = codec.parse_params(cmd[7:])
+        if not (args.get("topic") and args.get("partition") and args.get("group")):
+            return "ERROR: invalid STREAM syntax"
+        a = self._common(args)
+        if isinstance(a, str):
+            return a
+        if not await self._owns(a.group, a.member, a.generation, a.partition):
+            return "ERROR: not partition owner or generation mismatch"
+        info, error = await self._partition_error(a.topic, a.partition)
+        if info is None:
+            return error
+        committed = await self.core.execute(FetchOffset(a.group, a.topic, a.partition))
+        if committed.offset >= 0:
+            offset = committed.offset
+        elif a.offset is not None:
+            offset = a.offset
+        else:
+            spec = OffsetSpec.LATEST if a.reset == "latest" else OffsetSpec.EARLIEST
+            offset = (await self.core.execute(ListOffsets(a.topic, a.partition, spec))).offset
+        return Reply(
+            stream=StreamSpec(
+                a.topic, a.partition, a.group, a.member, a.generation, offset, a.batch,
+                committed.offset,
+            )
+        )  # fmt: skip
+
+    async def _run_stream(self, stream: trio.abc.Stream, spec: StreamSpec) -> None:
+        """Push batches as records arrive until the client goes, the member loses the partition
+        or the gateway drains; commit the position periodically and at the end."""
+        self.log.info("stream_open", topic=spec.topic, partition=spec.partition, group=spec.group)
+        reason = "stopped"
+        try:
+            async with trio.open_nursery() as nursery:
+                self._interrupt = nursery.cancel_scope
+                if self.ctx.shutdown.is_set():
+                    nursery.cancel_scope.cancel()
+                nursery.start_soon(_drain, stream, nursery.cancel_scope)
+                try:
+                    reason = await self._push(stream, spec)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    reason = "gone"
+                nursery.cancel_scope.cancel()
+        finally:
+            self._interrupt = None
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + 2
+                await self._stream_commit(spec)
+                if self.ctx.shutdown.is_set():
+                    reason = "stopped"
+                    await _send_quietly(stream, _control("CLOSE", reason, spec.offset))
+            self.log.info("stream_close", topic=spec.topic, partition=spec.partition, reason=reason)
+
+    async def _stream_commit(self, spec: StreamSpec) -> None:
+        if spec.offset == spec.committed:
+            return
+        if not await self._owns(spec.group, spec.member, spec.generation, spec.partition):
+            return
+        await self.core.execute(
+            CommitOffset(
+                spec.group, spec.topic, spec.partition, spec.offset, spec.generation, spec.member
+            )
+        )
+        spec.committed = spec.offset
+
+    async def _push(self, stream: trio.abc.Stream, spec: StreamSpec) -> str:
+        keepalive = self.cfg.stream_keepalive_ms / 1000
+        commit_every = self.cfg.stream_commit_interval_ms / 1000
+        a = CommonArgs(spec.topic, spec.partition, spec.group, spec.member, spec.generation,
+                       spec.offset, spec.batch, 0, "")  # fmt: skip
+        now = trio.current_time()
+        next_keepalive, next_commit = now + keepalive, now + commit_every
+        records_out = RECORDS_OUT.labels(protocol=PROTOCOL)
+        bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+        while True:
+            wait_ms = int(max(0.0, min(next_keepalive, next_commit) - trio.current_time()) * 1000)
+            try:
+                result = await self._read(a, spec.offset, wait_ms)
+            except GatewayError as exc:
+                if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    rng = await self._out_of_range(spec.topic, spec.partition, spec.offset)
+                    await stream.send_all(
+                        codec.frame(_control("CLOSE", "offset_out_of_range", spec.offset, rng))
+                    )
+                    return "offset_out_of_range"
+                await stream.send_all(codec.frame(_control("CLOSE", "error", spec.offset)))
+                return "error"
+            if result.count:
+                out = codec.frame(build_reply_batch(spec.topic, spec.partition, result.batches))
+                await stream.send_all(out)
+                bytes_out.inc(len(out))
+                records_out.inc(result.count)
+                spec.offset = result.batches[-1].last_offset + 1
+                next_keepalive = trio.current_time() + keepalive
+            now = trio.current_time()
+            if now >= next_keepalive:
+                await stream.send_all(codec.KEEPALIVE)
+                next_keepalive = now + keepalive
+            if now >= next_commit:
+                next_commit = now + commit_every
+                if not await self._owns(spec.group, spec.member, spec.generation, spec.partition):
+                    await stream.send_all(codec.frame(_control("CLOSE", "removed", spec.offset)))
+                    return "removed"
+                await self._stream_commit(spec)
+
+    # ------------------------------------------------------------------ groups
+    async def _register_group(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        topic, group = args.get("topic", ""), args.get("group", "")
+        if not topic:
+            return "REGISTER_GROUP requires topic parameter"
+        if not group:
+            return "REGISTER_GROUP requires group parameter"
+        info = await self._topic(topic)
+        if info is None:
+            return f"topic '{topic}' does not exist"
+        binding = self.state.groups.setdefault(group, GroupBinding(topic, info.partitions))
+        if binding.partitions != info.partitions:
+            return (
+                f"ERROR: partition count mismatch (existing: {binding.partitions}, "
+                f"requested: {info.partitions})"
+            )
+        return f"\u2705 Group '{group}' registered for topic '{topic}'"
+
+    def _required(self, name: str, args: dict[str, str], keys: tuple[str, ...]) -> str | None:
+        for key in keys:
+            if not args.get(key):
+                return f"{name} requires {key} parameter"
+        return None
+
+    async def _join_group(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        missing = self._required("JOIN_GROUP", args, ("topic", "group", "member"))
+        if missing:
+            return missing
+        topic, group = args["topic"], args["group"]
+        binding = self.state.groups.get(group) or await self._group_binding(group)
+        if binding is None:
+            info = await self._topic(topic)
+            if info is None:
+                return f"topic '{topic}' not found"
+            binding = self.state.groups.setdefault(group, GroupBinding(topic, info.partitions))
+        desc = await self._describe_group(group)
+        taken = {m.member_id for m in desc.members}
+        while True:
+            member = f"{args['member']}-{random.randrange(10000):04d}"
+            if member not in taken:
+                break
+        joined = await self.core.execute(
+            JoinGroup(
+                group,
+                (binding.topic,),
+                member,
+                session_timeout_ms=self.cfg.session_timeout_ms,
+                create_member=True,
+            )
+        )
+        synced = await self.core.execute(SyncGroup(group, member, joined.generation))
+        self._touch(group, member)
+        self.state.rebalances[group] = (joined.generation, time.time())
+        assignments = [p for t, p in synced.assignment.partitions if t == binding.topic]
+        return (
+            f"OK generation={joined.generation} member={member} assignments={go_list(assignments)}"
+        )
+
+    async def _sync_group(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        missing = self._required("SYNC_GROUP", args, ("topic", "group", "member"))
+        if missing:
+            return missing
+        group, member = args["group"], args["member"]
+        if await self._group_binding(group) is None:
+            return f"member {member} not found in group or no assignments"
+        desc = await self._describe_group(group)
+        if self._assigned(desc, member) is None:
+            return "OK assignments=[]"
+        synced = await self.core.execute(SyncGroup(group, member, desc.generation))
+        self._touch(group, member)
+        return f"OK assignments={go_list([p for _, p in synced.assignment.partitions])}"
+
+    async def _leave_group(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        missing = self._required("LEAVE_GROUP", args, ("topic", "group", "member"))
+        if missing:
+            return missing
+        group, member = args["group"], args["member"]
+        if await self._group_binding(group) is None:
+            return "ERROR: group not found"
+        try:
+            await self.core.execute(LeaveGroup(group, member))
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_MEMBER:
+                raise
+        self.state.heartbeats.pop((group, member), None)
+        await self._describe_group(group)
+        return f"\u2705 Left group '{group}'"
+
+    async def _heartbeat(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        missing = self._required("HEARTBEAT", args, ("topic", "group", "member"))
+        if missing:
+            return missing
+        group, member = args["group"], args["member"]
+        if await self._group_binding(group) is None:
+            return f"ERROR: group_not_found group={group}"
+        desc = await self._describe_group(group)
+        generation = desc.generation
+        if args.get("generation"):
+            g = go_atoi(args["generation"])
+            if g is None:
+                return f"ERROR: invalid generation value: {args['generation']}"
+            generation = g
+        try:
+            await self.core.execute(Heartbeat(group, member, generation))
+        except GatewayError as exc:
+            if exc.code is ErrorCode.UNKNOWN_MEMBER:
+                return f"ERROR: member_not_found member={member} group={group}"
+            if exc.code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
+                current = (await self._describe_group(group)).generation
+                return (
+                    f"ERROR: GEN_MISMATCH current={current} requested={generation} "
+                    f"group={group} member={member}"
+                )
+            raise
+        self._touch(group, member)
+        return "OK"
+
+    async def _group_status(self, args_text: str) -> str:
+        group = codec.parse_params(args_text).get("group", "")
+        if not group:
+            return "GROUP_STATUS requires group parameter"
+        binding = await self._group_binding(group)
+        if binding is None:
+            return f"ERROR: group '{group}' not found"
+        desc = await self._describe_group(group)
+        members = [
+            {
+                "member_id": m.member_id,
+                "last_heartbeat": go_time(self.state.heartbeats.get((group, m.member_id))),
+                "assignments": [p for _, p in m.partitions],
+            }
+            for m in desc.members
+        ]
+        status = {
+            "group_name": group,
+            "topic_name": binding.topic,
+            "state": "Stable" if members else "Dead",
+            "generation": desc.generation,
+            "member_count": len(members),
+            "partition_count": binding.partitions,
+            "members": members,
+            "last_rebalance": go_time(self.state.rebalances.get(group, (0, 0.0))[1]),
+        }
+        return json.dumps(status, separators=(",", ":"), ensure_ascii=False)
+
+    # ------------------------------------------------------------------ offsets
+    async def _commit_offset(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        if not args.get("topic"):
+            return "COMMIT_OFFSET requires topic parameter"
+        if not args.get("partition"):
+            return "COMMIT_OFFSET requires partition parameter"
+        partition = go_atoi(args["partition"])
+        if partition is None:
+            return "invalid partition"
+        if not args.get("group"):
+            return "COMMIT_OFFSET requires groupID parameter"
+        if not args.get("offset"):
+            return "COMMIT_OFFSET requires offset parameter"
+        offset = go_uint(args["offset"])
+        if offset is None:
+            return "invalid offset"
+        topic, group = args["topic"], args["group"]
+        binding = await self._group_binding(group)
+        if binding is None:
+            return f"ERROR: group '{group}' not found"
+        if binding.topic != topic:
+            return f"ERROR topic_not_assigned_to_group: {binding.topic} {topic}"
+        generation, member = -1, args.get("member", "")
+        if args.get("generation") and member:  # the newer clients' ownership check
+            g = go_atoi(args["generation"])
+            desc = await self._describe_group(group)
+            assigned = self._assigned(desc, member)
+            if g is not None and assigned is not None and g != desc.generation:
+                return (
+                    f"ERROR: GEN_MISMATCH current={desc.generation} requested={g} "
+                    f"group={group} member={member}"
+                )
+            if g is None or assigned is None or partition not in assigned:
+                return (
+                    f"ERROR: NOT_OWNER partition={partition} member={member} group={group} "
+                    f"generation={args['generation']}"
+                )
+            generation = g
+        await self.core.execute(
+            CommitOffset(group, topic, partition, offset, generation=generation, member_id=member)
+        )
+        return "OK"
+
+    async def _fetch_offset(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        if not args.get("topic"):
+            return "FETCH_OFFSET requires topic parameter"
+        if not args.get("partition"):
+            return "FETCH_OFFSET requires partition parameter"
+        partition = go_atoi(args["partition"])
+        if partition is None:
+            return "invalid partition"
+        if not args.get("group"):
+            return "FETCH_OFFSET requires group parameter"
+        topic, group = args["topic"], args["group"]
+        plain = self.cfg.fetch_offset_reply == "integer"
+        binding = await self._group_binding(group)
+        committed = await self.core.execute(FetchOffset(group, topic, partition))
+        if binding is None and committed.offset < 0:
+            if plain:
+                return f"ERROR group_not_found: {group}"
+            return f"ERROR: group_not_found group={group}"
+        if binding is not None and binding.topic != topic:
+            if plain:
+                return f"ERROR topic_not_assigned_to_group: {binding.topic} {topic}"
+            return f"ERROR: topic_not_assigned_to_group expected={binding.topic} actual={topic}"
+        offset = max(committed.offset, 0)
+        return str(offset) if plain else f"OK offset={offset}"
+
+    async def _batch_commit(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        topic, group, member = args.get("topic", ""), args.get("group", ""), args.get("member", "")
+        generation = go_atoi(args.get("generation")) or 0
+        cut = args_text.rstrip().rfind(" ")
+        data = args_text.rstrip()[cut + 1 :]
+        valid: list[tuple[int, int]] = []
+        desc = await self._describe_group(group) if group else None
+        for pair in data.split(","):
+            kv = pair.split(":")
+            if len(kv) != 2:
+                continue
+            p = go_atoi(kv[0].removeprefix("P"))
+            o = go_uint(kv[1])
+            if p is None or o is None or desc is None:
+                continue
+            assigned = self._assigned(desc, member)
+            if assigned is None or desc.generation != generation or p not in assigned:
+                continue
+            valid.append((p, o))
+        if not valid:
+            return "ERROR: no_valid_offsets"
+        for p, o in valid:
+            await self.core.execute(CommitOffset(group, topic, p, o, generation, member))
+        return f"OK batched={len(valid)}"
+
+
+def _idempotence_error(exc: GatewayError) -> str:
+    if exc.code is ErrorCode.OUT_OF_ORDER_SEQUENCE:
+        return f"idempotency_gap: {exc.message}"
+    if exc.code is ErrorCode.INVALID_REQUEST and "fenced" in exc.message:
+        return f"stale_producer_epoch: {exc.message}"
+    return exc.message
+
+
+def _control(kind: str, reason: str, offset: int, extra: str = "") -> bytes:
+    text = f"STREAM_CONTROL type={kind} reason={reason} offset={offset}"
+    return (text + " " + extra if extra else text).encode()
+
+
+async def _drain(stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+    """In stream mode the client sends nothing more; its close ends the stream."""
+    try:
+        while await stream.receive_some(RECV_BYTES):
+            pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    scope.cancel()
+
+
+async def _send_quietly(stream: trio.abc.Stream, body: bytes) -> None:
+    try:
+        await stream.send_all(codec.frame(body))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+        pass
+
+
+def _bytes(reply: str | bytes) -> bytes:
+    return reply.encode() if isinstance(reply, str) else reply
+
+
+async def handle_connection(stream: trio.abc.Stream, ctx: Any) -> None:
+    """The ProtocolSpec entry point: serve one connection until the peer closes."""
+    await CursusSession(ctx).serve(stream)
