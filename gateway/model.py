@@ -213,6 +213,23 @@ class RecordBatch:
         new.max_timestamp_us = self.max_timestamp_us
         return new
 
+    def whole(self) -> RecordBatch:
+        """The whole stored batch this window is part of (shares the data; copies nothing).
+        Protocols whose consumers accept a block that starts before the offset they asked for
+        (TANK) use it to pass a stored block through untouched."""
+        if self.is_whole:
+            return self
+        new = RecordBatch.__new__(RecordBatch)
+        new._records = self._records
+        new._encoded = self._encoded
+        new.codec = self.codec
+        new.base_offset = self.base_offset
+        new.max_timestamp_us = self.max_timestamp_us
+        new._size = self._size
+        new._full = self._full
+        new._start, new._stop = 0, self._full
+        return new
+
     def slice(self, start_offset: int, max_records: int | None = None) -> RecordBatch:
         """A view from ``start_offset`` (absolute) holding at most ``max_records`` records."""
         if self.base_offset < 0:

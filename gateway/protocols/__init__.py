@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 REGISTRY: dict[str, str] = {
     "cursus": "gateway.protocols.cursus",
+    "kafka08": "gateway.protocols.kafka08",
+    "tank": "gateway.protocols.tank",
 }
 
 

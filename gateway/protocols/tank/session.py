@@ -1,0 +1,624 @@
+"""The TANK session: one per connection; TANK requests -> commands of the model -> TANK responses.
+
+Edge mapping (DESIGN.md): sequence number = offset + 1 (0 in a consume = earliest; u64::MAX =
+the tail); ``hwmark`` = the high watermark (the sequence number of the last message); a
+partition's first available sequence number is ``log_start + 1`` (0 while it is empty);
+timestamps are milliseconds; TANK has no headers.
+
+Ordering: requests are handled in the order they arrive, each finished before the next is read,
+except Consume, which runs as its own task (bounded by ``max_in_flight``) so a parked long poll
+does not hold up a produce on the same connection; TANK responses carry the request id and the
+real broker answers parked consumes out of order too. A consume is started only after every
+earlier request on the connection completed, so it sees their writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import Any
+
+import trio
+
+from gateway.model import (
+    CreateTopic,
+    DescribeTopic,
+    ErrorCode,
+    Fetch,
+    FetchResult,
+    GatewayError,
+    ListOffsets,
+    ListTopics,
+    OffsetSpec,
+    Produce,
+    Record,
+    RecordBatch,
+    Stats,
+)
+from gateway.observability import (
+    BYTES_IN,
+    BYTES_OUT,
+    RECORDS_IN,
+    RECORDS_OUT,
+    REQUEST_LATENCY,
+    REQUESTS,
+    protocol_error,
+)
+from gateway.protocols.base import ConnectionContext
+from gateway.protocols.tank.bundle import TANK_BUNDLE, decode_bundle, varint
+from gateway.protocols.tank.codec import (
+    C_BOUNDARY,
+    C_OK,
+    C_SYSTEM_ERROR,
+    C_UNKNOWN_PARTITION,
+    CT_BAD_CONFIG,
+    CT_EXISTS,
+    CT_INVALID,
+    CT_OK,
+    CT_READ_ONLY,
+    CT_SYSTEM_ERROR,
+    CT_UNSUPPORTED,
+    DP_SYSTEM_ERROR,
+    GREETING,
+    MAX_FETCH_SIZE,
+    NEED_DATA,
+    P_INVALID_SEQNUMS,
+    P_IO_FAULT,
+    P_OK,
+    P_READ_ONLY,
+    P_UNKNOWN_PARTITION,
+    RC_BAD_PARTITION,
+    RC_OK,
+    RC_UNKNOWN_TOPIC,
+    U64_MAX,
+    ConsumePartitionRequest,
+    ConsumePartitionResult,
+    ConsumeRequest,
+    ConsumeResponse,
+    ConsumeTopicResult,
+    CreateTopicRequest,
+    CreateTopicResponse,
+    DiscoverPartitionsRequest,
+    DiscoverPartitionsResponse,
+    DiscoverTopicsRequest,
+    DiscoverTopicsResponse,
+    DiscoverTopologyRequest,
+    DiscoverTopologyResponse,
+    PartitionWatermarks,
+    Ping,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopicResult,
+    ReloadConfRequest,
+    ReloadConfResponse,
+    RemoteProtocolError,
+    Role,
+    StatusRequest,
+    StatusResponse,
+    TankConnection,
+    TopicEntry,
+    encode_consume_response,
+    encode_response,
+)
+
+PROTOCOL = "tank"
+STARTED_AT = int(time.time())
+MAX_TOPIC_NAME = 64
+MAX_PARTITIONS = 65530
+RECEIVE_SIZE = 256 * 1024
+
+_PRODUCE_STATUS = {
+    ErrorCode.UNKNOWN_PARTITION: P_UNKNOWN_PARTITION,
+    ErrorCode.READ_ONLY: P_READ_ONLY,
+    ErrorCode.DUPLICATE_SEQUENCE: P_INVALID_SEQNUMS,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: P_INVALID_SEQNUMS,
+}
+_CREATE_ERR = {
+    ErrorCode.TOPIC_EXISTS: CT_EXISTS,
+    ErrorCode.INVALID_TOPIC: CT_INVALID,
+    ErrorCode.INVALID_PARTITIONS: CT_INVALID,
+    ErrorCode.INVALID_REQUEST: CT_INVALID,
+    ErrorCode.UNSUPPORTED: CT_UNSUPPORTED,
+    ErrorCode.READ_ONLY: CT_READ_ONLY,
+}
+
+_API_NAMES = {
+    ProduceRequest: "produce",
+    ConsumeRequest: "consume",
+    DiscoverPartitionsRequest: "discover_partitions",
+    CreateTopicRequest: "create_topic",
+    ReloadConfRequest: "reload_conf",
+    StatusRequest: "status",
+    DiscoverTopicsRequest: "discover_topics",
+    DiscoverTopologyRequest: "discover_topology",
+}
+_records_in = RECORDS_IN.labels(protocol=PROTOCOL)
+_records_out = RECORDS_OUT.labels(protocol=PROTOCOL)
+_bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
+_bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+_latency = {api: REQUEST_LATENCY.labels(protocol=PROTOCOL, api=api) for api in _API_NAMES.values()}
+
+
+def first_available(log_start: int, high_watermark: int) -> int:
+    """TANK's first available sequence number: 0 while the partition holds nothing."""
+    return log_start + 1 if high_watermark > log_start else 0
+
+
+def parse_topic_config(text: bytes) -> tuple[tuple[str, str], ...] | None:
+    """TANK topic configuration (``key = value`` lines, ``#`` comments); None when malformed."""
+    try:
+        lines = text.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return None
+    out = []
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            return None
+        out.append((key.strip(), value.strip()))
+    return tuple(out)
+
+
+class TankSession:
+    """Answers TANK requests with the core. Protocol-agnostic of I/O: tests call ``handle``."""
+
+    def __init__(self, ctx: ConnectionContext) -> None:
+        self.ctx = ctx
+        self.core = ctx.core
+
+    async def handle(self, req: Any) -> Any:
+        if isinstance(req, ProduceRequest):
+            return await self.produce(req)
+        if isinstance(req, ConsumeRequest):
+            return await self.consume(req)
+        if isinstance(req, DiscoverPartitionsRequest):
+            return await self.discover_partitions(req)
+        if isinstance(req, CreateTopicRequest):
+            return await self.create_topic(req)
+        if isinstance(req, ReloadConfRequest):
+            return await self.reload_conf(req)
+        if isinstance(req, StatusRequest):
+            return await self.status(req)
+        if isinstance(req, DiscoverTopicsRequest):
+            return await self.discover_topics(req)
+        if isinstance(req, DiscoverTopologyRequest):
+            return DiscoverTopologyResponse(req.request_id)
+        raise TypeError(f"not a TANK request: {req!r}")
+
+    async def _partitions(self, topic: str) -> int | None:
+        """The topic's partition count, None when it does not exist (TANK never auto-creates)."""
+        try:
+            return (await self.core.topic(topic, create=False)).partitions
+        except GatewayError as exc:
+            if exc.code is ErrorCode.UNKNOWN_TOPIC:
+                return None
+            raise
+
+    # ------------------------------------------------------------------ produce
+    async def produce(self, req: ProduceRequest) -> ProduceResponse:
+        results = []
+        for t in req.topics:
+            try:
+                count = await self._partitions(t.name)
+            except GatewayError as exc:
+                results.append(
+                    ProduceTopicResult(
+                        t.name, [_PRODUCE_STATUS.get(exc.code, P_IO_FAULT)] * len(t.partitions)
+                    )
+                )
+                continue
+            if count is None:
+                results.append(ProduceTopicResult(t.name, None))
+                continue
+            statuses = []
+            for p in t.partitions:
+                if not 0 <= p.partition < count:
+                    statuses.append(P_UNKNOWN_PARTITION)
+                    continue
+                try:
+                    statuses.append(await self._produce_one(t.name, p, req.with_seqnum))
+                except GatewayError as exc:
+                    self.ctx.log.warning(
+                        "tank_produce_failed",
+                        topic=t.name,
+                        partition=p.partition,
+                        error=exc.code.value,
+                        message=exc.message,
+                    )
+                    statuses.append(_PRODUCE_STATUS.get(exc.code, P_IO_FAULT))
+            results.append(ProduceTopicResult(t.name, statuses))
+        return ProduceResponse(req.request_id, results, req.with_seqnum)
+
+    async def _produce_one(self, topic: str, p: ProducePartition, with_seqnum: bool) -> int:
+        info = p.info
+        assert info is not None  # the server-role decoder validated the bundle
+        header = info.header
+        explicit = header.first_seq if header.sparse else (p.base_seqnum if with_seqnum else 0)
+        if explicit:
+            # Explicit sequence numbers (mirroring). Offsets are dense in the model, so they must
+            # continue the partition exactly: hwmark + 1, consecutive (DESIGN.md decision).
+            if not info.contiguous:
+                return P_INVALID_SEQNUMS
+            hw = (await self.core.execute(ListOffsets(topic, p.partition))).high_watermark
+            if explicit != hw + 1:
+                return P_INVALID_SEQNUMS
+        if header.sparse:
+            # sparse bundles carry their own sequence numbers; keep plain records instead
+            _, msgs = decode_bundle(p.bundle)
+            batch = RecordBatch(
+                [Record(m.key, m.content, (), m.timestamp_ms * 1000) for m in msgs],
+                max_timestamp_us=info.max_ts_ms * 1000,
+            )
+        else:
+            batch = RecordBatch(
+                encoded=p.bundle,
+                codec=TANK_BUNDLE,
+                count=header.count,
+                max_timestamp_us=info.max_ts_ms * 1000,
+            )
+        await self.core.execute(Produce(topic, batch, partition=p.partition))
+        _records_in.inc(header.count)
+        return P_OK
+
+    # ------------------------------------------------------------------ consume
+    async def consume(self, req: ConsumeRequest) -> ConsumeResponse:
+        topics: list[ConsumeTopicResult] = []
+        pending: list[tuple[str, ConsumePartitionRequest, ConsumePartitionResult, int]] = []
+        for t in req.topics:
+            try:
+                count = await self._partitions(t.name)
+            except GatewayError:
+                count = -1
+            if count is None:
+                topics.append(ConsumeTopicResult(t.name, None, len(t.partitions)))
+                continue
+            parts = []
+            for cp in t.partitions:
+                res = ConsumePartitionResult(cp.partition)
+                parts.append(res)
+                if count < 0:
+                    res.err = C_SYSTEM_ERROR
+                elif not 0 <= cp.partition < count:
+                    res.err = C_UNKNOWN_PARTITION
+                else:
+                    offset = await self._resolve(t.name, cp, res)
+                    if offset is not None:
+                        pending.append((t.name, cp, res, offset))
+            topics.append(ConsumeTopicResult(t.name, parts, len(parts)))
+        if pending:
+            await self._fetch_all(req, pending)
+        return ConsumeResponse(req.request_id, topics)
+
+    async def _resolve(
+        self, topic: str, cp: ConsumePartitionRequest, res: ConsumePartitionResult
+    ) -> int | None:
+        """The offset to read from, or None after filling ``res`` with a boundary fault."""
+        try:
+            lo = await self.core.execute(ListOffsets(topic, cp.partition, OffsetSpec.LATEST))
+        except GatewayError as exc:
+            res.err = (
+                C_UNKNOWN_PARTITION if exc.code is ErrorCode.UNKNOWN_PARTITION else (C_SYSTEM_ERROR)
+            )
+            return None
+        start, hw = lo.log_start_offset, lo.high_watermark
+        if cp.seq == 0:
+            offset = start
+        elif cp.seq == U64_MAX:
+            offset = hw
+        else:
+            offset = cp.seq - 1
+        if offset > hw or offset < start:
+            res.err = C_BOUNDARY
+            res.hwmark = hw
+            res.first_available = first_available(start, hw)
+            return None
+        res.hwmark = hw
+        res.base_seq = first_available(start, hw)
+        return offset
+
+    async def _fetch_all(
+        self,
+        req: ConsumeRequest,
+        pending: list[tuple[str, ConsumePartitionRequest, ConsumePartitionResult, int]],
+    ) -> None:
+        min_bytes = max(1, req.min_bytes)
+        if len(pending) == 1:
+            topic, cp, res, offset = pending[0]
+            await self._fetch_one(topic, cp, res, offset, req.max_wait_ms, min_bytes)
+            return
+        # several partitions: answer at once if any has data, else park until the first does
+        for topic, cp, res, offset in pending:
+            await self._fetch_one(topic, cp, res, offset, 0, 1)
+        got = sum(_chunk_size(res) for _, _, res, _ in pending)
+        if got >= min_bytes or req.max_wait_ms <= 0 or got and req.min_bytes <= got:
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def wait_one(topic: str, cp: Any, res: Any, offset: int) -> None:
+                await self._fetch_one(topic, cp, res, offset, req.max_wait_ms, min_bytes)
+                if _chunk_size(res):
+                    nursery.cancel_scope.cancel()
+
+            for topic, cp, res, offset in pending:
+                if not _chunk_size(res) and res.err == C_OK:
+                    nursery.start_soon(wait_one, topic, cp, res, offset)
+
+    async def _fetch_one(
+        self,
+        topic: str,
+        cp: ConsumePartitionRequest,
+        res: ConsumePartitionResult,
+        offset: int,
+        max_wait_ms: int,
+        min_bytes: int,
+    ) -> None:
+        fetch_size = min(cp.fetch_size, MAX_FETCH_SIZE)
+        try:
+            result = await self.core.execute(
+                Fetch(
+                    topic,
+                    cp.partition,
+                    offset,
+                    max_bytes=max(1, fetch_size),
+                    max_wait_ms=max_wait_ms,
+                    min_bytes=min_bytes,
+                )
+            )
+        except GatewayError as exc:
+            if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:  # retention moved meanwhile
+                lo = await self.core.execute(ListOffsets(topic, cp.partition))
+                res.err = C_BOUNDARY
+                res.hwmark = lo.high_watermark
+                res.first_available = first_available(lo.log_start_offset, lo.high_watermark)
+            elif exc.code is ErrorCode.UNKNOWN_PARTITION:
+                res.err = C_UNKNOWN_PARTITION
+            else:
+                res.err = C_SYSTEM_ERROR
+            return
+        fill_chunk(res, result, fetch_size)
+
+    # ------------------------------------------------------------------ other requests
+
+    async def discover_partitions(
+        self, req: DiscoverPartitionsRequest
+    ) -> DiscoverPartitionsResponse:
+        try:
+            desc = await self.core.execute(DescribeTopic(req.topic))
+        except GatewayError as exc:
+            if exc.code is ErrorCode.UNKNOWN_TOPIC:
+                return DiscoverPartitionsResponse(req.request_id, req.topic, [])
+            raise
+        by_id = {p.partition: p for p in desc.partitions}
+        ids = req.partitions if req.partitions is not None else sorted(by_id)
+        out = []
+        for pid in ids:
+            part = by_id.get(pid)
+            if part is None:
+                out.append(PartitionWatermarks(U64_MAX, U64_MAX, DP_SYSTEM_ERROR))
+            else:
+                out.append(
+                    PartitionWatermarks(
+                        first_available(part.log_start_offset, part.high_watermark),
+                        part.high_watermark,
+                    )
+                )
+        return DiscoverPartitionsResponse(req.request_id, req.topic, out)
+
+    async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
+        raw = req.topic.encode("utf-8", "surrogateescape")
+        if not raw or len(raw) > MAX_TOPIC_NAME or not 1 <= req.partitions <= MAX_PARTITIONS:
+            return CreateTopicResponse(req.request_id, req.topic, CT_INVALID)
+        config = parse_topic_config(req.config)
+        if config is None:
+            return CreateTopicResponse(req.request_id, req.topic, CT_BAD_CONFIG)
+        try:
+            await self.core.execute(CreateTopic(req.topic, req.partitions, config))
+        except GatewayError as exc:
+            return CreateTopicResponse(
+                req.request_id, req.topic, _CREATE_ERR.get(exc.code, CT_SYSTEM_ERROR)
+            )
+        return CreateTopicResponse(req.request_id, req.topic, CT_OK)
+
+    async def reload_conf(self, req: ReloadConfRequest) -> ReloadConfResponse:
+        # The topic's configuration lives in the backend; "reloading" re-reads it from there.
+        count = await self._partitions(req.topic)
+        if count is None:
+            err = RC_UNKNOWN_TOPIC
+        elif not 0 <= req.partition < count:
+            err = RC_BAD_PARTITION
+        else:
+            await self.core.execute(DescribeTopic(req.topic))
+            err = RC_OK
+        return ReloadConfResponse(req.request_id, req.topic, req.partition, err)
+
+    async def status(self, req: StatusRequest) -> StatusResponse:
+        stats = await self.core.execute(Stats())
+        return StatusResponse(
+            req.request_id,
+            topics=stats.topics,
+            partitions=stats.partitions,
+            open_partitions=stats.partitions,
+            open_time=0,
+            startup_ts=STARTED_AT,
+        )
+
+    async def discover_topics(self, req: DiscoverTopicsRequest) -> DiscoverTopicsResponse:
+        topics = await self.core.execute(ListTopics())
+        return DiscoverTopicsResponse(
+            req.request_id, [TopicEntry(t.name, True, t.partitions) for t in topics]
+        )
+
+
+def _chunk_size(res: ConsumePartitionResult) -> int:
+    chunk = res.chunk
+    if isinstance(chunk, list):
+        return sum(len(c) for c in chunk)
+    return len(chunk)
+
+
+def fill_chunk(res: ConsumePartitionResult, result: FetchResult, fetch_size: int) -> None:
+    """Turn fetched batches into a TANK chunk of at most ``fetch_size`` bytes (the last bundle
+    may be cut, as the real broker does). A stored TANK bundle goes out untouched, even when the
+    requested sequence number is inside it (TANK consumers skip what they did not ask for)."""
+    res.err = C_OK
+    res.hwmark = result.high_watermark
+    pieces: list[bytes | memoryview] = []
+    size = 0
+    records = 0
+    base = -1
+    for window in result.batches:
+        if window.count == 0:
+            continue
+        whole = window.whole()
+        block = whole.encoded_as(TANK_BUNDLE)
+        if block is not None and whole.last_offset == window.last_offset:
+            start = whole.base_offset
+            records += whole.count
+        else:
+            block = TANK_BUNDLE.encode(window.records)
+            start = window.first_offset
+            records += window.count
+        if base < 0:
+            base = start
+        head = varint(len(block))
+        pieces.append(head)
+        pieces.append(block)
+        size += len(head) + len(block)
+        if size >= fetch_size:
+            break
+    if size > fetch_size:
+        cut = size - fetch_size
+        while cut:
+            last = pieces[-1]
+            if len(last) <= cut:
+                pieces.pop()
+                cut -= len(last)
+            else:
+                pieces[-1] = memoryview(last)[: len(last) - cut]
+                cut = 0
+    if base >= 0 and pieces:
+        res.base_seq = base + 1
+    else:
+        res.base_seq = first_available(result.log_start_offset, result.high_watermark)
+    res.chunk = pieces
+    _records_out.inc(records)
+
+
+# ------------------------------------------------------------------ the connection
+
+
+async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> None:
+    """Serve one TANK connection until the peer closes, a malformed frame arrives (closed, as the
+    real broker does: logged once and counted), or the gateway drains (the request in hand and
+    parked consumes are answered first)."""
+    conn = TankConnection(Role.SERVER, max_frame_bytes=ctx.listener.max_frame_bytes)
+    io = _ConnectionIO(stream, ctx, TankSession(ctx))
+    async with trio.open_nursery() as nursery:
+        io.nursery = nursery
+        reader = trio.CancelScope()
+        watcher = trio.CancelScope()
+
+        async def watch() -> None:
+            with watcher:
+                await ctx.shutdown.wait()
+                reader.cancel()
+
+        nursery.start_soon(watch)
+        try:
+            await io.send(GREETING)
+            with reader:
+                await io.read_loop(conn)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except RemoteProtocolError as exc:
+            protocol_error(ctx.log, PROTOCOL, exc.kind, peer=ctx.peer, detail=str(exc))
+        watcher.cancel()
+        if not ctx.shutdown.is_set():
+            # the peer is gone or sent garbage: nobody is left to answer
+            nursery.cancel_scope.cancel()
+
+
+class _ConnectionIO:
+    def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, session: TankSession):
+        self.stream = stream
+        self.ctx = ctx
+        self.session = session
+        self.send_lock = trio.Lock()
+        self.slots = trio.Semaphore(max(1, ctx.listener.max_in_flight))
+        self.nursery: trio.Nursery | None = None
+        self.broken = False
+
+    async def send(self, data: bytes) -> None:
+        async with self.send_lock:
+            await self.stream.send_all(data)
+        _bytes_out.inc(len(data))
+
+    async def run(self, req: Any, api: str) -> bytes | None:
+        started = time.perf_counter()
+        try:
+            resp = await self.session.handle(req)
+        except GatewayError as exc:
+            # a failure no TANK answer covers (the backend is down during a discovery, say):
+            # the real broker would drop the connection, so do we
+            REQUESTS.labels(protocol=PROTOCOL, api=api, outcome=exc.code.value).inc()
+            self.ctx.log.warning(
+                "tank_request_failed", api=api, error=exc.code.value, message=exc.message
+            )
+            return None
+        data = (
+            encode_consume_response(resp)
+            if isinstance(resp, ConsumeResponse)
+            else encode_response(resp)
+        )
+        REQUESTS.labels(protocol=PROTOCOL, api=api, outcome="ok").inc()
+        _latency[api].observe(time.perf_counter() - started)
+        return data
+
+    async def consume_task(self, req: ConsumeRequest) -> None:
+        try:
+            data = await self.run(req, "consume")
+            if data is not None:
+                await self.send(data)
+                return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.slots.release()
+        self.broken = True
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self.stream.aclose()
+
+    async def read_loop(self, conn: TankConnection) -> None:
+        ctx = self.ctx
+        idle = ctx.listener.idle_timeout_s if ctx.listener.idle_timeout_s > 0 else math.inf
+        assert self.nursery is not None
+        while not self.broken:
+            event = conn.next_event()
+            while event is not NEED_DATA:
+                if isinstance(event, ConsumeRequest):
+                    await self.slots.acquire()
+                    self.nursery.start_soon(self.consume_task, event)
+                elif not isinstance(event, Ping):  # a client ping gets no reply
+                    data = await self.run(event, _API_NAMES[type(event)])
+                    if data is None:
+                        return
+                    await self.send(data)
+                if ctx.shutdown.is_set():
+                    return
+                event = conn.next_event()
+            with trio.move_on_after(idle) as idle_scope:
+                data = await self.stream.receive_some(RECEIVE_SIZE)
+            if idle_scope.cancelled_caught:
+                if len(self.nursery.child_tasks) > 1:  # a consume is parked: not idle
+                    continue
+                ctx.log.info("tank_idle_close", peer=ctx.peer, idle_s=idle)
+                return
+            if not data:
+                return
+            _bytes_in.inc(len(data))
+            conn.receive_data(data)
