@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -358,17 +359,29 @@ class TankSession:
         min_bytes: int,
     ) -> None:
         fetch_size = min(cp.fetch_size, MAX_FETCH_SIZE)
+        fetch = Fetch(
+            topic,
+            cp.partition,
+            offset,
+            max_bytes=max(1, fetch_size),
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+        )
         try:
-            result = await self.core.execute(
-                Fetch(
-                    topic,
-                    cp.partition,
-                    offset,
-                    max_bytes=max(1, fetch_size),
-                    max_wait_ms=max_wait_ms,
-                    min_bytes=min_bytes,
-                )
-            )
+            result = None
+            if max_wait_ms > 0 and not self.ctx.shutdown.is_set():
+                # a parked consume is answered (empty, like a timeout) as soon as we drain
+                async with trio.open_nursery() as nursery:
+
+                    async def drain_watch() -> None:
+                        await self.ctx.shutdown.wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(drain_watch)
+                    result = await self.core.execute(fetch)
+                    nursery.cancel_scope.cancel()
+            if result is None:
+                result = await self.core.execute(replace(fetch, max_wait_ms=0))
         except GatewayError as exc:
             if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:  # retention moved meanwhile
                 lo = await self.core.execute(ListOffsets(topic, cp.partition))
