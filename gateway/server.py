@@ -168,7 +168,7 @@ class Server:
                         for sock in socks:
                             acceptors.start_soon(self._accept_loop, name, sock, connections)
                     if handle_signals:
-                        acceptors.start_soon(self._watch_signals)
+                        await acceptors.start(self._watch_signals)
                     self.ready = True
                     line = self.listening_line()
                     if announce:
@@ -192,8 +192,9 @@ class Server:
             admin_nursery.cancel_scope.cancel()
         log.info("stopped")
 
-    async def _watch_signals(self) -> None:
+    async def _watch_signals(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()  # handlers are in place before the listening line is printed
             async for signum in signals:
                 log.info("signal", signal=signal.Signals(signum).name)
                 self.request_stop()
