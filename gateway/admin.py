@@ -342,6 +342,7 @@ async def _serve_one(server: Any, stream: trio.SocketStream) -> None:
                     return
                 continue
             break
+        server.admin_inflight += 1
         try:
             code, ctype, payload = await route(server, method, target, bytes(body))
         except HttpError as exc:
@@ -354,6 +355,8 @@ async def _serve_one(server: Any, stream: trio.SocketStream) -> None:
             log.exception("admin_request_failed", method=method, target=target)
             code, ctype = 500, "application/json"
             payload = json.dumps({"error": repr(exc)}).encode()
+        finally:
+            server.admin_inflight -= 1
         await _respond(stream, conn, code, ctype, payload)
         if conn.our_state is h11.MUST_CLOSE:
             return

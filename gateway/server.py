@@ -9,7 +9,9 @@ flushed and closed.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,13 +20,20 @@ from typing import Any
 import structlog
 import trio
 
+from gateway import proxy_protocol
 from gateway.backends import get_backend_spec
 from gateway.backends.base import Backend
-from gateway.config import GatewayConfig
+from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.core.engine import Core
-from gateway.observability import CONNECTIONS_OPEN, CONNECTIONS_REFUSED, CONNECTIONS_TOTAL
+from gateway.observability import (
+    CONNECTIONS_OPEN,
+    CONNECTIONS_REFUSED,
+    CONNECTIONS_TOTAL,
+    PROTOCOL_ERRORS,
+)
 from gateway.protocols import get_protocol
 from gateway.protocols.base import ConnectionContext, ListenerConfig
+from gateway.streams import ConnectionTimeout, GuardedStream, PrefixedStream
 
 log = structlog.get_logger("gateway.server")
 
@@ -44,6 +53,26 @@ class ListenerState:
     connections: set[ConnectionContext] = field(default_factory=set)
     accepted: int = 0
     refused: int = 0
+    ssl_context: ssl.SSLContext | None = None
+    streams: set[GuardedStream] = field(default_factory=set)
+
+
+def make_ssl_context(cfg: ListenerConfig) -> ssl.SSLContext | None:
+    """The listener's server-side TLS context, or None for plain TCP."""
+    if not cfg.tls_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+    if cfg.tls_client_ca:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cfg.tls_client_ca)
+    return context
+
+
+class RefusedConnection(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 def build_backends(config: GatewayConfig) -> dict[str, Backend]:
@@ -69,8 +98,11 @@ class Server:
         self.backends = build_backends(config)
         self.core = build_core(config, self.backends)
         self.listeners: dict[str, ListenerState] = {
-            name: ListenerState(name, lc) for name, lc in config.listeners.items() if lc.enabled
+            name: ListenerState(name, lc, ssl_context=make_ssl_context(lc))
+            for name, lc in config.listeners.items()
+            if lc.enabled
         }
+        self.admin_inflight = 0
         self.admin_address: tuple[str, int] | None = None
         self.started_at = time.time()
         self.draining = False
@@ -186,19 +218,69 @@ class Server:
                 for state in self.listeners.values():
                     for ctx in state.connections:
                         ctx.shutdown.set()
-                connections.cancel_scope.deadline = (
-                    trio.current_time() + self.config.server.shutdown_grace_s
-                )
+                    for guarded in state.streams:
+                        guarded.drain()
+                grace_deadline = trio.current_time() + self.config.server.shutdown_grace_s
+                connections.cancel_scope.deadline = grace_deadline
+            with trio.move_on_at(grace_deadline):
+                while self.admin_inflight:
+                    await trio.sleep(0.01)
             admin_nursery.cancel_scope.cancel()
         log.info("stopped")
 
-    async def _watch_signals(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            task_status.started()  # handlers are in place before the listening line is printed
+    async def _watch_signals(self, task_status: trio.TaskStatus[None]) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            task_status.started()
             async for signum in signals:
                 log.info("signal", signal=signal.Signals(signum).name)
+                if signum == signal.SIGHUP:
+                    self.reload()
+                    continue
                 self.request_stop()
                 return
+
+    def reload(self) -> bool:
+        """Re-read the config file and apply routes and listener limits (SIGHUP). Addresses,
+        protocols and backends need a restart; a file that changes them, or is invalid, is
+        refused as a whole and the running config stays."""
+        try:
+            new = load_config(self.config.source)
+        except ConfigError as exc:
+            log.error("config_reload_refused", problems=exc.problems)
+            return False
+        problems = []
+        if {n: (b.type, b.options) for n, b in new.backends.items()} != {
+            n: (b.type, b.options) for n, b in self.config.backends.items()
+        }:
+            problems.append("backends changed: restart the gateway to apply")
+        for name, state in self.listeners.items():
+            new_cfg = new.listeners.get(name)
+            if new_cfg is None or not new_cfg.enabled:
+                problems.append(f"listeners.{name} removed or disabled: restart to apply")
+            elif (new_cfg.host, new_cfg.port) != (state.config.host, state.config.port):
+                problems.append(f"listeners.{name} address changed: restart to apply")
+        if set(n for n, c in new.listeners.items() if c.enabled) - set(self.listeners):
+            problems.append("new listeners: restart to apply")
+        if problems:
+            log.error("config_reload_refused", problems=problems)
+            return False
+        changes = []
+        old_routes = [(r.topic, r.backend) for r in self.config.routes]
+        new_routes = [(r.topic, r.backend) for r in new.routes]
+        if old_routes != new_routes:
+            self.core.router.set_rules(new_routes)
+            changes.append(f"routes: {old_routes} -> {new_routes}")
+        for name, state in self.listeners.items():
+            new_cfg = new.listeners[name]
+            for f in dataclasses.fields(new_cfg):
+                before, after = getattr(state.config, f.name), getattr(new_cfg, f.name)
+                if before != after:
+                    changes.append(f"listeners.{name}.{f.name}: {before!r} -> {after!r}")
+            state.config = new_cfg
+            state.ssl_context = make_ssl_context(new_cfg)
+        self.config = dataclasses.replace(new, listeners=new.listeners)
+        log.info("config_reloaded", changes=changes or ["nothing changed"])
+        return True
 
     async def _accept_loop(
         self, name: str, sock: trio.SocketListener, connections: trio.Nursery
@@ -224,18 +306,84 @@ class Server:
                 continue
             connections.start_soon(self._handle, name, stream)
 
+    async def _read_proxy_header(
+        self, stream: trio.abc.Stream, mode: str
+    ) -> tuple[bytes, tuple[str, int] | None]:
+        """(bytes read past the header, client address from the header or None)."""
+        buf = b""
+        while True:
+            data = await stream.receive_some(4096)
+            if not data:
+                raise RefusedConnection("proxy_header", "closed before a PROXY header")
+            buf += data
+            if mode == "optional" and not proxy_protocol.could_be_header(buf):
+                return buf, None
+            try:
+                header, used = proxy_protocol.parse(buf)
+            except proxy_protocol.ProxyProtocolError as exc:
+                raise RefusedConnection("proxy_header", str(exc)) from None
+            if header is not None:
+                return buf[used:], header.source
+
+    async def _prepare(
+        self, name: str, stream: trio.SocketStream, cfg: ListenerConfig, ssl_ctx: Any
+    ) -> tuple[trio.abc.Stream, tuple[str, int] | None]:
+        """PROXY header, then TLS handshake, within the listener's read timeout."""
+        inner: trio.abc.Stream = stream
+        source = None
+        try:
+            with trio.fail_after(cfg.read_timeout_s):
+                if cfg.proxy_protocol != "off":
+                    prefix, source = await self._read_proxy_header(stream, cfg.proxy_protocol)
+                    if prefix:
+                        inner = PrefixedStream(stream, prefix)
+                if ssl_ctx is not None:
+                    tls = trio.SSLStream(inner, ssl_ctx, server_side=True)
+                    try:
+                        await tls.do_handshake()
+                    except trio.BrokenResourceError as exc:
+                        cause = exc.__cause__ or exc
+                        raise RefusedConnection("tls", f"TLS handshake failed: {cause}") from None
+                    inner = tls
+        except trio.TooSlowError:
+            raise RefusedConnection(
+                "handshake_timeout", "no PROXY header/TLS handshake in time"
+            ) from None
+        return inner, source
+
     async def _handle(self, name: str, stream: trio.SocketStream) -> None:
         state = self.listeners[name]
+        cfg, ssl_ctx = state.config, state.ssl_context
         try:
             peer_addr = stream.socket.getpeername()
             peer = format_address(peer_addr[0], peer_addr[1])
         except OSError:
             peer = "?"
+        try:
+            inner, source = await self._prepare(name, stream, cfg, ssl_ctx)
+        except (RefusedConnection, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            reason = exc.reason if isinstance(exc, RefusedConnection) else "reset"
+            state.refused += 1
+            CONNECTIONS_REFUSED.labels(protocol=name, reason=reason).inc()
+            log.warning(
+                "connection_refused", protocol=name, peer=peer, reason=reason, detail=str(exc)
+            )
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            return
+        via = None
+        if source is not None:
+            via, peer = peer, format_address(*source)
+        guarded = GuardedStream(
+            inner, idle_timeout_s=cfg.idle_timeout_s, read_timeout_s=cfg.read_timeout_s
+        )
         conn_log = log.bind(protocol=name, peer=peer)
+        if via is not None:
+            conn_log = conn_log.bind(via=via)
         ctx = ConnectionContext(
             protocol=name,
             core=self.core,
-            listener=state.config,
+            listener=cfg,
             config=self.config,
             peer=peer,
             advertised_host=state.advertised_host,
@@ -244,28 +392,39 @@ class Server:
         )
         if self.draining:
             ctx.shutdown.set()
+            guarded.drain()
         state.connections.add(ctx)
+        state.streams.add(guarded)
         state.accepted += 1
         CONNECTIONS_TOTAL.labels(protocol=name).inc()
         CONNECTIONS_OPEN.labels(protocol=name).inc()
-        conn_log.info("connection_open")
+        conn_log.info("connection_open", tls=ssl_ctx is not None)
         reason = "closed"
         try:
-            await get_protocol(name).handle_connection(stream, ctx)
+            await get_protocol(name).handle_connection(guarded, ctx)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             reason = "peer_reset"
+        except ConnectionTimeout as exc:
+            reason = f"{exc.kind}_timeout"
+            PROTOCOL_ERRORS.labels(protocol=name, kind=reason).inc()
         except Exception as exc:  # a bug in one connection never takes the process down
             reason = "error"
             conn_log.exception("connection_failed", error=repr(exc))
         finally:
             state.connections.discard(ctx)
+            state.streams.discard(guarded)
             CONNECTIONS_OPEN.labels(protocol=name).dec()
             with trio.CancelScope(shield=True):
                 try:
-                    await stream.aclose()
+                    await guarded.aclose()
                 except Exception:
                     pass
-            conn_log.info("connection_close", reason=reason)
+            conn_log.info(
+                "connection_close",
+                reason=reason,
+                bytes_in=guarded.bytes_in,
+                bytes_out=guarded.bytes_out,
+            )
 
     # ------------------------------------------------------------------ status
     async def readiness(self) -> tuple[bool, dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from gateway.core.engine import Core
 
 MiB = 1 << 20
+PROXY_MODES = ("off", "optional", "required")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +31,40 @@ class ListenerConfig:
     max_connections: int = 1024
     max_frame_bytes: int = 100 * MiB
     idle_timeout_s: float = 600.0
+    read_timeout_s: float = 60.0  # a request begun must be complete within this (slowloris)
     max_in_flight: int = 64
+    proxy_protocol: str = "off"  # "off" | "optional" | "required"
+    tls_cert: str = ""  # PEM certificate chain; with tls_key, the listener speaks TLS only
+    tls_key: str = ""
+    tls_client_ca: str = ""  # PEM CA bundle: clients must present a certificate it signed
+
+    def validate(self) -> list[str]:
+        """Problems as ``key: got ..., expected ...`` (config.py prefixes the section)."""
+        problems = []
+        if self.proxy_protocol not in PROXY_MODES:
+            problems.append(
+                f"proxy_protocol: got {self.proxy_protocol!r}, expected one of {PROXY_MODES}"
+            )
+        if bool(self.tls_cert) != bool(self.tls_key):
+            problems.append(
+                f"tls_cert/tls_key: got cert={self.tls_cert!r} key={self.tls_key!r}, "
+                "expected both or neither"
+            )
+        if self.tls_client_ca and not self.tls_cert:
+            problems.append(
+                f"tls_client_ca: got {self.tls_client_ca!r} without tls_cert, expected TLS on"
+            )
+        for key in ("tls_cert", "tls_key", "tls_client_ca"):
+            path = getattr(self, key)
+            if path and not os.path.isfile(path):
+                problems.append(f"{key}: got {path!r}, expected a readable file")
+        for key in ("max_connections", "max_frame_bytes", "max_in_flight"):
+            if getattr(self, key) < 1:
+                problems.append(f"{key}: got {getattr(self, key)}, expected >= 1")
+        for key in ("idle_timeout_s", "read_timeout_s"):
+            if getattr(self, key) <= 0:
+                problems.append(f"{key}: got {getattr(self, key)}, expected > 0 seconds")
+        return problems
 
 
 @dataclass(slots=True, eq=False)  # hashed by identity: the server keeps a set of them
