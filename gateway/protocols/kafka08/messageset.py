@@ -1,0 +1,410 @@
+"""The hand-tuned message-set path (kafka08.md section 5, magic 1 from section 7.4).
+
+Hot paths build no per-record Python objects:
+
+- **Produce**: :func:`parse_produce` walks the entries with precompiled ``struct`` readers over a
+  ``memoryview``, checks every CRC-32 (zlib) and the key/value lengths, and when the set is plain
+  (magic 0, uncompressed, the common librdkafka case) keeps the bytes as they came in, as a
+  :data:`KAFKA08` encoded block (an 8-byte append-time header + the message set). Anything else
+  (magic 1, compressed wrappers) is unpacked into records, one offset per inner message.
+- **Fetch**: :func:`encode_fetch` serves a stored :data:`KAFKA08` block by copying the window's
+  bytes once and rewriting the 8-byte offset of each entry in place; batches of other formats are
+  encoded from their records. The set is cut at MaxBytes exactly like Kafka (the last entry may
+  be partial), or wrapped in one compressed message when the listener is configured to.
+
+Client role: :func:`encode_message_set` (magic 0 or 1, any codec) and :func:`decode_message_set`
+(trailing partial entry ignored, compressed wrappers unpacked, magic-1 relative inner offsets).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+
+from gateway.model import Record, RecordBatch
+from gateway.protocols.kafka08 import compression
+from gateway.protocols.kafka08.compression import CompressionError
+
+Buffer = bytes | bytearray | memoryview
+
+ENTRY = struct.Struct(">qiIbb")  # offset, message size, crc, magic, attributes
+OFFSET_SIZE = struct.Struct(">qi")
+ENTRY_HEAD = struct.Struct(">qiI")  # offset, message size, crc
+I32 = struct.Struct(">i")
+I64 = struct.Struct(">q")
+M0_HEAD = struct.Struct(">bbi")  # magic, attributes, key length
+M1_HEAD = struct.Struct(">bbqi")  # magic, attributes, timestamp, key length
+TS_HEADER = struct.Struct(">q")  # KAFKA08 block header: append time in microseconds
+LOG_OVERHEAD = 12
+MIN_MESSAGE = 14  # magic 0
+MIN_MESSAGE_V1 = 22
+NULL = b"\xff\xff\xff\xff"
+M0_NULL_KEY = b"\x00\x00\xff\xff\xff\xff"  # magic 0, attributes 0, key null
+
+# Kafka error codes raised by the produce path
+INVALID_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
+
+
+class InvalidMessageSet(ValueError):
+    """A produced set the broker refuses for one partition; ``code`` is the Kafka error code."""
+
+    def __init__(self, message: str, code: int = INVALID_MESSAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ----------------------------------------------------------------------------- the stored block
+
+
+class Kafka08BlockCodec:
+    """A stored plain magic-0 message set: ``TS_HEADER`` (append time, µs) + the entries as the
+    producer sent them (their offset fields are ignored and rewritten on fetch). Records decode
+    with the header's timestamp; ``encode`` keeps only the newest timestamp and drops headers
+    (magic 0 has neither)."""
+
+    name = "kafka08"
+
+    def encode(self, records: Sequence[Record]) -> bytes:
+        ts = max((r.timestamp_us for r in records), default=-1)
+        return TS_HEADER.pack(ts) + encode_records(records, 0)[0]
+
+    def decode(self, data: Buffer, base_offset: int) -> list[Record]:
+        (ts,) = TS_HEADER.unpack_from(data, 0)
+        out: list[Record] = []
+        i32 = I32.unpack_from
+        pos, n = TS_HEADER.size, len(data)
+        offset = base_offset
+        step = 1 if base_offset >= 0 else 0
+        buf = bytes(data)
+        while pos + LOG_OVERHEAD <= n:
+            (size,) = i32(buf, pos + 8)
+            end = pos + LOG_OVERHEAD + size
+            (klen,) = i32(buf, pos + 18)
+            p = pos + 22
+            if klen < 0:
+                key = None
+            else:
+                key = buf[p : p + klen]
+                p += klen
+            (vlen,) = i32(buf, p)
+            value = None if vlen < 0 else buf[p + 4 : p + 4 + vlen]
+            out.append(Record(key, value, (), ts, offset))
+            offset += step
+            pos = end
+        return out
+
+
+KAFKA08 = Kafka08BlockCodec()
+
+
+# ----------------------------------------------------------------------------- produce
+
+
+def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) -> RecordBatch:
+    """The records of one partition's produced MessageSet, CRCs checked. A trailing partial entry
+    is dropped (``Log.trimInvalidBytes``). Raises :class:`InvalidMessageSet` (code 2 for a bad
+    CRC, size, magic or compressed payload; 10 for an entry above ``max_message_bytes``);
+    nothing of the partition is then stored."""
+    view = memoryview(buf)
+    n = len(view)
+    pos = count = 0
+    plain = True
+    unpack = ENTRY.unpack_from
+    i32 = I32.unpack_from
+    crc32 = zlib.crc32
+    while pos + LOG_OVERHEAD <= n:
+        if pos + 18 <= n:
+            _, size, crc, magic, attrs = unpack(view, pos)
+        else:
+            (size,) = i32(view, pos + 8)
+            magic = attrs = crc = 0
+        if size < MIN_MESSAGE:
+            raise InvalidMessageSet(f"message size {size} below the minimum {MIN_MESSAGE}")
+        end = pos + LOG_OVERHEAD + size
+        if end > n:
+            break
+        if size > max_message_bytes:
+            raise InvalidMessageSet(
+                f"message of {size} bytes above message_max_bytes {max_message_bytes}",
+                MESSAGE_TOO_LARGE,
+            )
+        if crc32(view[pos + 16 : end]) != crc:
+            raise InvalidMessageSet(f"CRC mismatch in the message at byte {pos}")
+        if magic == 0:
+            (klen,) = i32(view, pos + 18)
+            p = pos + 22 + (klen if klen > 0 else 0)
+            if klen < -1 or p + 4 > end:
+                raise InvalidMessageSet(f"bad key length {klen} in the message at byte {pos}")
+            (vlen,) = i32(view, p)
+            if vlen < -1 or p + 4 + (vlen if vlen > 0 else 0) != end:
+                raise InvalidMessageSet(f"bad value length {vlen} in the message at byte {pos}")
+        elif magic == 1:
+            if size < MIN_MESSAGE_V1:
+                raise InvalidMessageSet(f"magic-1 message size {size} below {MIN_MESSAGE_V1}")
+            plain = False
+        else:
+            raise InvalidMessageSet(f"unknown magic byte {magic}")
+        if attrs & 0x07:
+            plain = False
+        count += 1
+        pos = end
+    if plain:
+        block = b"".join((TS_HEADER.pack(now_us), view[:pos]))
+        return RecordBatch(encoded=block, codec=KAFKA08, count=count, max_timestamp_us=now_us)
+    records: list[Record] = []
+    _decode_entries(view[:pos], now_us, records, False, False, max_message_bytes)
+    max_ts = max((r.timestamp_us for r in records), default=now_us)
+    return RecordBatch(records, max_timestamp_us=max_ts)
+
+
+def _decode_entries(
+    buf: Buffer,
+    default_ts_us: int,
+    out: list[Record],
+    inner: bool,
+    check_crc: bool,
+    max_bytes: int = 1 << 62,
+    with_offsets: bool = False,
+) -> None:
+    """Append the records of a message set to ``out`` (compressed wrappers unpacked, one level).
+    ``with_offsets`` keeps the entries' offsets (client role; magic-1 inner offsets made
+    absolute). A trailing partial entry is ignored."""
+    view = memoryview(buf)
+    n = len(view)
+    pos = 0
+    i32 = I32.unpack_from
+    while pos + LOG_OVERHEAD <= n:
+        offset, size = OFFSET_SIZE.unpack_from(view, pos)
+        end = pos + LOG_OVERHEAD + size
+        if size < MIN_MESSAGE:
+            raise InvalidMessageSet(f"message size {size} below the minimum {MIN_MESSAGE}")
+        if end > n:
+            break
+        _, _, crc, magic, attrs = ENTRY.unpack_from(view, pos)
+        if check_crc and zlib.crc32(view[pos + 16 : end]) != crc:
+            raise InvalidMessageSet(f"CRC mismatch in the message at byte {pos}")
+        if magic == 0:
+            ts = default_ts_us
+            p = pos + 18
+        elif magic == 1:
+            if size < MIN_MESSAGE_V1:
+                raise InvalidMessageSet(f"magic-1 message size {size} below {MIN_MESSAGE_V1}")
+            (ts_ms,) = I64.unpack_from(view, pos + 18)
+            ts = ts_ms * 1000 if ts_ms >= 0 and not attrs & 0x08 else default_ts_us
+            p = pos + 26
+        else:
+            raise InvalidMessageSet(f"unknown magic byte {magic}")
+        (klen,) = i32(view, p)
+        p += 4
+        if klen < -1 or p + max(klen, 0) + 4 > end:
+            raise InvalidMessageSet(f"bad key length {klen} in the message at byte {pos}")
+        key = None if klen < 0 else bytes(view[p : p + klen])
+        p += max(klen, 0)
+        (vlen,) = i32(view, p)
+        p += 4
+        if vlen < -1 or p + max(vlen, 0) != end:
+            raise InvalidMessageSet(f"bad value length {vlen} in the message at byte {pos}")
+        value = None if vlen < 0 else bytes(view[p : p + vlen])
+        codec = attrs & 0x07
+        if codec:
+            if inner:
+                raise InvalidMessageSet("nested compressed message")
+            if value is None:
+                raise InvalidMessageSet("compressed wrapper without a value")
+            try:
+                data = compression.decompress(codec, value)
+            except CompressionError as exc:
+                raise InvalidMessageSet(str(exc)) from None
+            start = len(out)
+            _decode_entries(data, ts, out, True, check_crc, max_bytes, with_offsets)
+            if with_offsets and magic == 1 and len(out) > start:
+                # KIP-31: inner offsets are relative; the wrapper carries the last absolute one
+                last_rel = out[-1].offset
+                base = offset - last_rel
+                for i in range(start, len(out)):
+                    out[i] = out[i]._replace(offset=base + out[i].offset)
+        else:
+            if size > max_bytes:
+                raise InvalidMessageSet(
+                    f"message of {size} bytes above the limit {max_bytes}", MESSAGE_TOO_LARGE
+                )
+            out.append(Record(key, value, (), ts, offset if with_offsets else -1))
+        pos = end
+
+
+def decode_message_set(
+    buf: Buffer, check_crc: bool = True, default_ts_us: int = -1
+) -> list[Record]:
+    """Client role: the records of a fetched MessageSet with their offsets (a trailing partial
+    entry, as Kafka's fetch cut leaves it, is ignored)."""
+    out: list[Record] = []
+    _decode_entries(buf, default_ts_us, out, False, check_crc, with_offsets=True)
+    return out
+
+
+# ----------------------------------------------------------------------------- encode
+
+
+def encode_records(
+    records: Sequence[Record], first_offset: int, limit: int = 1 << 62
+) -> tuple[bytes, int]:
+    """(magic-0 entries with consecutive offsets from ``first_offset``, their count); stops
+    after the entry that reaches ``limit`` bytes (the caller cuts)."""
+    parts: list[bytes] = []
+    append = parts.append
+    head = ENTRY_HEAD.pack
+    m0 = M0_HEAD.pack
+    i32 = I32.pack
+    crc32 = zlib.crc32
+    size = 0
+    offset = first_offset
+    for r in records:
+        k = r.key
+        v = r.value
+        body = (M0_NULL_KEY if k is None else m0(0, 0, len(k)) + k) + (
+            NULL if v is None else i32(len(v)) + v
+        )
+        append(head(offset, len(body) + 4, crc32(body)))
+        append(body)
+        offset += 1
+        size += len(body) + 16
+        if size >= limit:
+            break
+    return b"".join(parts), offset - first_offset
+
+
+def encode_message(
+    key: bytes | None,
+    value: bytes | None,
+    offset: int = 0,
+    magic: int = 0,
+    attributes: int = 0,
+    timestamp_ms: int = -1,
+) -> bytes:
+    """One MessageSet entry (offset, size, crc, message)."""
+    if magic == 0:
+        head = M0_HEAD.pack(0, attributes, -1 if key is None else len(key))
+    else:
+        head = M1_HEAD.pack(1, attributes, timestamp_ms, -1 if key is None else len(key))
+    body = b"".join(
+        (head, key or b"", NULL if value is None else I32.pack(len(value)), value or b"")
+    )
+    return ENTRY_HEAD.pack(offset, len(body) + 4, zlib.crc32(body)) + body
+
+
+def encode_message_set(
+    records: Sequence[Record],
+    base_offset: int = 0,
+    magic: int = 0,
+    codec: int = compression.NONE,
+) -> bytes:
+    """Client role (and tests): records as a MessageSet; with a codec, one wrapper holding them
+    (magic 0: absolute inner offsets; magic 1: relative, wrapper = last absolute offset)."""
+    entries = []
+    for i, r in enumerate(records):
+        off = base_offset + i if magic == 0 or not codec else i
+        ts = r.timestamp_us // 1000 if r.timestamp_us >= 0 else -1
+        entries.append(encode_message(r.key, r.value, off, magic, 0, ts))
+    inner = b"".join(entries)
+    if not codec:
+        return inner
+    ts = max((r.timestamp_us // 1000 for r in records), default=-1)
+    return encode_message(
+        None,
+        compression.compress(codec, inner),
+        base_offset + len(records) - 1,
+        magic,
+        codec,
+        ts,
+    )
+
+
+# ----------------------------------------------------------------------------- fetch
+
+
+def _window(
+    block: Buffer, skip: int, count: int, first_offset: int, limit: int
+) -> tuple[bytearray, int]:
+    """(entries ``skip .. skip+count`` of a stored KAFKA08 block with offsets rewritten from
+    ``first_offset``, their count); stops after the entry that reaches ``limit`` bytes."""
+    i32 = I32.unpack_from
+    pos = TS_HEADER.size
+    for _ in range(skip):
+        pos += LOG_OVERHEAD + i32(block, pos + 8)[0]
+    start = pos
+    stop = start + limit
+    starts = []
+    append = starts.append
+    for _ in range(count):
+        append(pos)
+        pos += LOG_OVERHEAD + i32(block, pos + 8)[0]
+        if pos >= stop:
+            break
+    out = bytearray(memoryview(block)[start:pos])
+    pack_into = I64.pack_into
+    offset = first_offset
+    for p in starts:
+        pack_into(out, p - start, offset)
+        offset += 1
+    return out, len(starts)
+
+
+def encode_fetch(
+    batches: Sequence[RecordBatch], max_bytes: int, codec: int = 0
+) -> tuple[Buffer, int]:
+    """(the MessageSet a Fetch v0 answer carries for these batch windows: magic 0, absolute
+    offsets, cut at ``max_bytes`` like Kafka (the last entry may be partial); with a ``codec``,
+    the complete entries that fit are wrapped into one compressed message; the number of
+    complete records in it)."""
+    if max_bytes <= 0:
+        return b"", 0
+    parts: list[Buffer] = []
+    size = count = 0
+    for b in batches:
+        if size >= max_bytes or not b.count:
+            break
+        block = b.encoded_block(KAFKA08)
+        if block is not None:
+            chunk, n = _window(
+                block, b.first_offset - b.base_offset, b.count, b.first_offset, max_bytes - size
+            )
+        else:
+            chunk, n = encode_records(b.records, b.first_offset, max_bytes - size)  # type: ignore[assignment]
+        parts.append(chunk)
+        size += len(chunk)
+        count += n
+    if not parts:
+        return b"", 0
+    data: Buffer = parts[0] if len(parts) == 1 else b"".join(parts)
+    if codec:
+        return _wrap(data, max_bytes, codec)
+    if len(data) > max_bytes:
+        return memoryview(data)[:max_bytes], count - 1
+    return data, count
+
+
+def _wrap(data: Buffer, max_bytes: int, codec: int) -> tuple[Buffer, int]:
+    """One compressed wrapper holding the complete entries of ``data`` that fit ``max_bytes``
+    (at least one); its offset is the last inner offset (magic 0, absolute inner offsets)."""
+    i32 = I32.unpack_from
+    pos = count = 0
+    n = len(data)
+    last = -1
+    while pos + LOG_OVERHEAD <= n:
+        end = pos + LOG_OVERHEAD + i32(data, pos + 8)[0]
+        if end > n or (end > max_bytes and last >= 0):
+            break
+        last = pos
+        pos = end
+        count += 1
+    if last < 0:
+        return memoryview(data)[:max_bytes], 0
+    (last_offset,) = I64.unpack_from(data, last)
+    wrapped = encode_message(
+        None, compression.compress(codec, bytes(memoryview(data)[:pos])), last_offset, 0, codec
+    )
+    if len(wrapped) > max_bytes:
+        return memoryview(wrapped)[:max_bytes], 0
+    return wrapped, count

@@ -1,0 +1,509 @@
+"""One Kafka 0.8 connection: requests in order -> commands of the model -> responses in order.
+
+Like the 0.8.2 broker, a connection handles one request at a time and answers in request order;
+a Produce with acks 0 gets no answer (and a failed one closes the connection, its only error
+signal); an unparseable frame, a bad size or an unknown api key closes the connection.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from gateway.model import (
+    Acks,
+    CommitOffset,
+    DescribeTopic,
+    ErrorCode,
+    Fetch,
+    FetchOffset,
+    GatewayError,
+    ListOffsets,
+    ListTopics,
+    OffsetSpec,
+    Produce,
+    now_us,
+)
+from gateway.observability import (
+    BYTES_IN,
+    BYTES_OUT,
+    RECORDS_IN,
+    RECORDS_OUT,
+    REQUEST_LATENCY,
+    REQUESTS,
+    protocol_error,
+)
+from gateway.protocols.kafka08 import codec as c
+from gateway.protocols.kafka08.codec import ApiKey, RemoteProtocolError, Request
+from gateway.protocols.kafka08.compression import CODECS
+from gateway.protocols.kafka08.messageset import InvalidMessageSet, encode_fetch, parse_produce
+
+if TYPE_CHECKING:
+    from gateway.protocols.base import ConnectionContext
+
+PROTOCOL = "kafka08"
+RECEIVE_BYTES = 256 * 1024
+OFFSET_METADATA_MAX = 4096
+
+UNKNOWN = -1
+ERROR_CODES: dict[ErrorCode, int] = {
+    ErrorCode.OFFSET_OUT_OF_RANGE: 1,
+    ErrorCode.CORRUPT_MESSAGE: 2,
+    ErrorCode.UNKNOWN_TOPIC: 3,
+    ErrorCode.UNKNOWN_PARTITION: 3,
+    ErrorCode.BACKEND_UNAVAILABLE: 5,  # LeaderNotAvailable: retriable for every 0.8 client
+    ErrorCode.TIMEOUT: 7,
+    ErrorCode.RECORD_TOO_LARGE: 10,
+    ErrorCode.NOT_COORDINATOR: 16,
+    ErrorCode.INVALID_TOPIC: 17,
+}
+"""The one table from canonical errors to Kafka 0.8 codes (kafka08.md section 6); everything
+else is -1 Unknown (codes above 20 do not exist for 0.8 clients)."""
+
+CLIENT_ERRORS = frozenset(
+    {
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+        ErrorCode.UNKNOWN_TOPIC,
+        ErrorCode.UNKNOWN_PARTITION,
+        ErrorCode.INVALID_TOPIC,
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.RECORD_TOO_LARGE,
+    }
+)
+"""Errors caused by what the client asked for: counted in gateway_protocol_errors_total."""
+
+API_NAMES = {
+    ApiKey.PRODUCE: "produce",
+    ApiKey.FETCH: "fetch",
+    ApiKey.OFFSETS: "offsets",
+    ApiKey.METADATA: "metadata",
+    ApiKey.OFFSET_COMMIT: "offset_commit",
+    ApiKey.OFFSET_FETCH: "offset_fetch",
+    ApiKey.CONSUMER_METADATA: "consumer_metadata",
+    ApiKey.API_VERSIONS: "api_versions",
+}
+
+
+def error_code(code: ErrorCode) -> int:
+    return ERROR_CODES.get(code, UNKNOWN)
+
+
+class CloseConnection(Exception):
+    """End the connection without an answer (acks-0 failure, refused request)."""
+
+
+class Session:
+    def __init__(self, ctx: ConnectionContext) -> None:
+        self.ctx = ctx
+        self.core = ctx.core
+        self.cfg: Any = ctx.listener
+        self.log = ctx.log.bind(protocol=PROTOCOL, peer=ctx.peer)
+        self.codec = CODECS.get(getattr(self.cfg, "fetch_compression", "none"), 0)
+        self.node_id = getattr(self.cfg, "node_id", 0)
+        self.message_max_bytes = getattr(self.cfg, "message_max_bytes", 1_000_012)
+        self.api_versions = getattr(self.cfg, "api_versions", True)
+        self._recv_scope: trio.CancelScope | None = None
+        self._draining = False
+        self._records_in = RECORDS_IN.labels(protocol=PROTOCOL)
+        self._records_out = RECORDS_OUT.labels(protocol=PROTOCOL)
+        self._bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
+        self._bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+        self._handlers = {
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.OFFSETS: self.offsets,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.OFFSET_FETCH: self.offset_fetch,
+            ApiKey.CONSUMER_METADATA: self.consumer_metadata,
+            ApiKey.API_VERSIONS: self.api_versions_request,
+        }
+        self._metrics: dict[tuple[int, str], Any] = {}
+        self._latency: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ connection loop
+    async def run(self, stream: trio.abc.Stream) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_shutdown)
+            try:
+                await self._serve(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _watch_shutdown(self) -> None:
+        await self.ctx.shutdown.wait()
+        self._draining = True
+        if self._recv_scope is not None:
+            self._recv_scope.cancel()
+
+    async def _serve(self, stream: trio.abc.Stream) -> None:
+        conn = c.ServerConnection(self.cfg.max_frame_bytes)
+        idle = self.cfg.idle_timeout_s
+        out: list[bytes] = []
+        while True:
+            while True:
+                try:
+                    request = conn.next_request()
+                except RemoteProtocolError as exc:
+                    protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+                    break_out = True
+                    request = None
+                else:
+                    break_out = False
+                if request is None:
+                    if break_out:
+                        if out:
+                            await stream.send_all(b"".join(out))
+                        return
+                    break
+                if request.api_key == ApiKey.FETCH and out:
+                    await stream.send_all(b"".join(out))  # never hold answers behind a long poll
+                    self._bytes_out.inc(sum(map(len, out)))
+                    out = []
+                try:
+                    response = await self.handle(request)
+                except CloseConnection:
+                    if out:
+                        await stream.send_all(b"".join(out))
+                    return
+                if response is not None:
+                    out.append(response)
+            if out:
+                data = out[0] if len(out) == 1 else b"".join(out)
+                out = []
+                await stream.send_all(data)
+                self._bytes_out.inc(len(data))
+            if self._draining:
+                return
+            with trio.move_on_after(idle) as scope:
+                self._recv_scope = scope
+                data = await stream.receive_some(RECEIVE_BYTES)
+            self._recv_scope = None
+            if scope.cancelled_caught:
+                return  # idle timeout or drain
+            if not data:
+                if conn.buffered:
+                    protocol_error(
+                        self.log, PROTOCOL, "truncated", error="peer closed inside a frame"
+                    )
+                return
+            self._bytes_in.inc(len(data))
+            conn.receive_data(data)
+
+    async def handle(self, request: Request) -> bytes | None:
+        handler = self._handlers.get(request.api_key)
+        if handler is None or (request.api_key == ApiKey.API_VERSIONS and not self.api_versions):
+            protocol_error(
+                self.log,
+                PROTOCOL,
+                "unknown_api",
+                api_key=request.api_key,
+                api_version=request.api_version,
+            )
+            raise CloseConnection
+        start = time.perf_counter()
+        api = request.api_key
+        body = await handler(request)
+        latency = self._latency.get(api)
+        if latency is None:
+            latency = self._latency[api] = REQUEST_LATENCY.labels(
+                protocol=PROTOCOL, api=API_NAMES[api]
+            )
+        latency.observe(time.perf_counter() - start)
+        if body is None:
+            return None
+        return c.ServerConnection.send_response(request, body)
+
+    def _count(self, api: int, outcome: str) -> None:
+        key = (api, outcome)
+        counter = self._metrics.get(key)
+        if counter is None:
+            counter = self._metrics[key] = REQUESTS.labels(
+                protocol=PROTOCOL, api=API_NAMES[api], outcome=outcome
+            )
+        counter.inc()
+
+    def _error(self, api: int, exc: GatewayError, **fields: Any) -> int:
+        code = error_code(exc.code)
+        if exc.code in CLIENT_ERRORS:
+            protocol_error(self.log, PROTOCOL, exc.code.value, error=exc.message, **fields)
+        elif code == UNKNOWN:
+            self.log.warning("request_failed", api=API_NAMES[api], error=str(exc), **fields)
+        self._count(api, str(code))
+        return code
+
+    # ------------------------------------------------------------------ produce
+    async def produce(self, request: Request) -> Any:
+        body = request.body
+        acks = body.acks
+        acks_model = Acks.NONE if acks == 0 else Acks.LEADER if acks == 1 else Acks.ALL
+        stamp = now_us()
+        topics = []
+        failed = False
+        execute = self.core.execute
+        for t in body.topics:
+            results = []
+            for p in t.partitions:
+                try:
+                    batch = parse_produce(p.message_set, stamp, self.message_max_bytes)
+                except InvalidMessageSet as exc:
+                    protocol_error(
+                        self.log, PROTOCOL, "invalid_message", error=str(exc), topic=t.topic
+                    )
+                    self._count(ApiKey.PRODUCE, str(exc.code))
+                    results.append(c.PRODUCE_RESULT(p.partition, exc.code, -1))
+                    failed = True
+                    continue
+                try:
+                    result = await execute(
+                        Produce(
+                            t.topic if t.topic is not None else "",
+                            batch,
+                            p.partition,
+                            acks=acks_model,
+                            timeout_ms=max(0, body.timeout_ms),
+                        )
+                    )
+                except GatewayError as exc:
+                    code = self._error(ApiKey.PRODUCE, exc, topic=t.topic, partition=p.partition)
+                    results.append(c.PRODUCE_RESULT(p.partition, code, -1))
+                    failed = True
+                    continue
+                self._records_in.inc(batch.count)
+                self._count(ApiKey.PRODUCE, "ok")
+                results.append(c.PRODUCE_RESULT(p.partition, 0, result.base_offset))
+            topics.append(c.PRODUCE_TOPIC_RESULT(t.topic, results))
+        if acks == 0:
+            if failed:
+                raise CloseConnection  # the only error signal an acks-0 producer gets
+            return None
+        if request.api_version >= 1:
+            return c.PRODUCE_RESPONSE_V1(topics, 0)
+        return c.PRODUCE_RESPONSE(topics)
+
+    # ------------------------------------------------------------------ fetch
+    async def _fetch_partition(
+        self, topic: str, p: Any, max_wait_ms: int, min_bytes: int
+    ) -> tuple[Any, int]:
+        """(FetchPartitionResult, bytes of data) for one partition."""
+        try:
+            result = await self.core.execute(
+                Fetch(
+                    topic,
+                    p.partition,
+                    p.offset,
+                    max_bytes=max(1, p.max_bytes),
+                    max_wait_ms=max(0, max_wait_ms),
+                    min_bytes=max(1, min_bytes),
+                )
+            )
+        except GatewayError as exc:
+            code = self._error(ApiKey.FETCH, exc, topic=topic, partition=p.partition)
+            return c.FETCH_RESULT(p.partition, code, -1, b""), -1
+        data, count = encode_fetch(result.batches, p.max_bytes, self.codec)
+        if count:
+            self._records_out.inc(count)
+        self._count(ApiKey.FETCH, "ok")
+        return c.FETCH_RESULT(p.partition, 0, result.high_watermark, data), len(data)
+
+    async def fetch(self, request: Request) -> Any:
+        body = request.body
+        wanted = [
+            (t.topic if t.topic is not None else "", p) for t in body.topics for p in t.partitions
+        ]
+        if len(wanted) == 1:  # the common case: the core's long poll does all the waiting
+            topic, p = wanted[0]
+            result, _ = await self._fetch_partition(topic, p, body.max_wait_ms, body.min_bytes)
+            results = [(topic, result)]
+        else:
+            results = await self._fetch_many(wanted, body.max_wait_ms, body.min_bytes)
+        topics: dict[str, list[Any]] = {}
+        for topic, result in results:
+            topics.setdefault(topic, []).append(result)
+        answer = [c.FETCH_TOPIC_RESULT(name, parts) for name, parts in topics.items()]
+        if request.api_version >= 1:
+            return c.FETCH_RESPONSE_V1(0, answer)
+        return c.FETCH_RESPONSE(answer)
+
+    async def _fetch_many(
+        self, wanted: list[tuple[str, Any]], max_wait_ms: int, min_bytes: int
+    ) -> list[tuple[str, Any]]:
+        """MinBytes over all partitions, MaxWaitTime for the whole request."""
+
+        async def one_pass() -> tuple[list[tuple[str, Any]], int, bool]:
+            out = []
+            total = 0
+            error = False
+            for topic, p in wanted:
+                result, size = await self._fetch_partition(topic, p, 0, 1)
+                out.append((topic, result))
+                if size < 0:
+                    error = True
+                else:
+                    total += size
+            return out, total, error
+
+        results, total, error = await one_pass()
+        if error or max_wait_ms <= 0 or total >= max(1, min_bytes) or not wanted:
+            return results
+        with trio.move_on_after(max_wait_ms / 1000):
+            async with trio.open_nursery() as nursery:
+
+                async def wait_one(topic: str, p: Any) -> None:
+                    try:
+                        result = await self.core.execute(
+                            Fetch(topic, p.partition, p.offset, 1, 1, max_wait_ms, 1)
+                        )
+                    except GatewayError:
+                        result = None
+                    if result is None or result.count:
+                        nursery.cancel_scope.cancel()
+
+                for topic, p in wanted:
+                    nursery.start_soon(wait_one, topic, p)
+        results, _, _ = await one_pass()
+        return results
+
+    # ------------------------------------------------------------------ offsets
+    async def offsets(self, request: Request) -> Any:
+        topics = []
+        for t in request.body.topics:
+            results = []
+            for p in t.partitions:
+                try:
+                    offsets = await self._offsets_for(
+                        t.topic or "", p.partition, p.time, p.max_offsets
+                    )
+                    self._count(ApiKey.OFFSETS, "ok")
+                    results.append(c.OFFSETS_RESULT(p.partition, 0, offsets))
+                except GatewayError as exc:
+                    code = self._error(ApiKey.OFFSETS, exc, topic=t.topic, partition=p.partition)
+                    results.append(c.OFFSETS_RESULT(p.partition, code, []))
+            topics.append(c.OFFSETS_TOPIC_RESULT(t.topic, results))
+        return c.OFFSETS_RESPONSE(topics)
+
+    async def _offsets_for(
+        self, topic: str, partition: int, when: int, max_offsets: int
+    ) -> list[int]:
+        """Kafka 0.8 semantics over one segment: -1 -> [HW, log start], -2 -> [log start],
+        a time -> [the first offset at or after it]; descending, at most ``max_offsets``."""
+        if when == -1:
+            r = await self.core.execute(ListOffsets(topic, partition, OffsetSpec.LATEST))
+            found = [r.high_watermark]
+            if r.log_start_offset < r.high_watermark:
+                found.append(r.log_start_offset)
+        elif when == -2:
+            r = await self.core.execute(ListOffsets(topic, partition, OffsetSpec.EARLIEST))
+            found = [r.log_start_offset]
+        else:
+            try:
+                r = await self.core.execute(ListOffsets(topic, partition, max(0, when) * 1000))
+            except GatewayError as exc:
+                if exc.code is not ErrorCode.UNSUPPORTED:
+                    raise
+                return []
+            found = [r.offset]
+        return found[: max(0, max_offsets)]
+
+    # ------------------------------------------------------------------ metadata
+    async def metadata(self, request: Request) -> Any:
+        requested = request.body.topics
+        if requested:
+            names = [t if t is not None else "" for t in requested]
+        else:
+            names = [info.name for info in await self.core.execute(ListTopics())]
+        node = self.node_id
+        topics = []
+        for name in names:
+            try:
+                desc = await self.core.execute(DescribeTopic(name, create=bool(requested)))
+            except GatewayError as exc:
+                code = error_code(exc.code)
+                self._count(ApiKey.METADATA, str(code))
+                topics.append(c.TOPIC_METADATA(code, name, []))
+                continue
+            parts = [
+                c.PARTITION_METADATA(0, p.partition, node, [node], [node]) for p in desc.partitions
+            ]
+            topics.append(c.TOPIC_METADATA(0, name, parts))
+        self._count(ApiKey.METADATA, "ok")
+        brokers = [c.BROKER(node, self.ctx.advertised_host, self.ctx.advertised_port)]
+        return c.METADATA_RESPONSE(brokers, topics)
+
+    # ------------------------------------------------------------------ group offsets
+    async def offset_commit(self, request: Request) -> Any:
+        body = request.body
+        v1 = request.api_version >= 1
+        group = body.group or ""
+        topics = []
+        for t in body.topics:
+            results = []
+            for p in t.partitions:
+                metadata = p.metadata or ""
+                if len(metadata) > OFFSET_METADATA_MAX:
+                    results.append(c.COMMIT_RESULT(p.partition, 12))
+                    self._count(ApiKey.OFFSET_COMMIT, "12")
+                    continue
+                try:
+                    await self.core.execute(
+                        CommitOffset(
+                            group,
+                            t.topic or "",
+                            p.partition,
+                            p.offset,
+                            metadata,
+                            body.generation if v1 else -1,
+                            (body.member_id or "") if v1 else "",
+                        )
+                    )
+                    results.append(c.COMMIT_RESULT(p.partition, 0))
+                    self._count(ApiKey.OFFSET_COMMIT, "ok")
+                except GatewayError as exc:
+                    code = self._error(ApiKey.OFFSET_COMMIT, exc, group=group, topic=t.topic)
+                    results.append(c.COMMIT_RESULT(p.partition, code))
+            topics.append(c.COMMIT_TOPIC_RESULT(t.topic, results))
+        return c.COMMIT_RESPONSE(topics)
+
+    async def offset_fetch(self, request: Request) -> Any:
+        body = request.body
+        v0 = request.api_version == 0
+        group = body.group or ""
+        topics = []
+        for t in body.topics:
+            results = []
+            for partition in t.partitions:
+                try:
+                    got = await self.core.execute(FetchOffset(group, t.topic or "", partition))
+                except GatewayError as exc:
+                    code = self._error(ApiKey.OFFSET_FETCH, exc, group=group, topic=t.topic)
+                    results.append(c.OFFSET_FETCH_RESULT(partition, -1, "", code))
+                    continue
+                self._count(ApiKey.OFFSET_FETCH, "ok")
+                if got.offset < 0:
+                    # nothing committed: v1 (Kafka store) answers 0, v0 (ZooKeeper) answers 3
+                    results.append(c.OFFSET_FETCH_RESULT(partition, -1, "", 3 if v0 else 0))
+                else:
+                    results.append(
+                        c.OFFSET_FETCH_RESULT(partition, got.offset, got.metadata or "", 0)
+                    )
+            topics.append(c.OFFSET_FETCH_TOPIC_RESULT(t.topic, results))
+        return c.OFFSET_FETCH_RESPONSE(topics)
+
+    async def consumer_metadata(self, request: Request) -> Any:
+        self._count(ApiKey.CONSUMER_METADATA, "ok")
+        return c.CONSUMER_METADATA_RESPONSE(
+            0, self.node_id, self.ctx.advertised_host, self.ctx.advertised_port
+        )
+
+    async def api_versions_request(self, request: Request) -> Any:
+        self._count(ApiKey.API_VERSIONS, "ok")
+        return c.api_versions_response(request.api_version)
+
+
+async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> None:
+    """Serve one Kafka 0.8 connection until the peer closes, it idles out or the gateway drains."""
+    await Session(ctx).run(stream)
