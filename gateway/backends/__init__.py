@@ -14,6 +14,7 @@ REGISTRY: dict[str, str] = {
     "memory": "gateway.backends.memory",
     "embedded": "gateway.backends.embedded",
     "nats": "gateway.backends.nats",
+    "kafka": "gateway.backends.kafka",
 }
 
 

@@ -19,7 +19,7 @@ import trio
 from gateway.backends.base import Backend
 from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
 from gateway.backends.memory import MemoryBackend
-from tests.backends.servers import nats_backend
+from tests.backends.servers import kafka_backend, nats_backend
 
 BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
 
@@ -52,6 +52,7 @@ BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "memory": memory_backend,
     "embedded": embedded_backend,
     "nats": nats_backend,
+    "kafka": kafka_backend,
 }
 
 

@@ -244,3 +244,13 @@ def nats_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Back
         url=shared_nats().url, stream_prefix=tag, subject_prefix=tag, kv_bucket=tag, **options
     )
     return _opened(NatsBackend("nats", config))
+
+
+def kafka_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:
+    """A Kafka backend on the shared Tansu broker, with a key-value topic of its own."""
+    from gateway.backends.kafka import KafkaBackend, KafkaConfig
+
+    config = KafkaConfig(
+        bootstrap=shared_tansu().bootstrap, kv_topic=f"__gw_kv_{_tag(path)}", **options
+    )
+    return _opened(KafkaBackend("kafka", config))

@@ -1,0 +1,808 @@
+"""The Kafka backend; the mapping is documented in ``gateway.backends.kafka``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+import trio
+from kio.schema.create_partitions.v1 import request as cp_req
+from kio.schema.create_topics.v3 import request as ct_req
+from kio.schema.delete_topics.v3 import request as dt_req
+from kio.schema.errors import ErrorCode as KErr
+from kio.schema.fetch.v10 import request as fetch_req
+from kio.schema.find_coordinator.v2 import request as fc_req
+from kio.schema.list_offsets.v4 import request as lo_req
+from kio.schema.metadata.v7 import request as md_req
+from kio.schema.offset_commit.v6 import request as oc_req
+from kio.schema.offset_fetch.v5 import request as of_req
+from kio.schema.produce.v7 import request as produce_req
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from gateway.backends import BackendSpec
+from gateway.backends.base import (
+    Backend,
+    Capabilities,
+    check_partitions,
+    check_topic_name,
+    unsupported,
+)
+from gateway.backends.kafka.connection import BrokerConnection, unavailable
+from gateway.backends.kafka.records import KafkaRecordError, decode_batches, encode_batch
+from gateway.model import (
+    AppendResult,
+    ErrorCode,
+    GatewayError,
+    PartitionInfo,
+    Record,
+    RecordBatch,
+    TopicInfo,
+    now_us,
+)
+
+# The one version of each API we speak: inside both Kafka 2.1's and Kafka 4.x's ranges.
+API_VERSIONS = {
+    0: 7,  # Produce (record batches v2)
+    1: 10,  # Fetch
+    2: 4,  # ListOffsets
+    3: 7,  # Metadata
+    8: 6,  # OffsetCommit
+    9: 5,  # OffsetFetch
+    10: 2,  # FindCoordinator
+    19: 3,  # CreateTopics
+    20: 3,  # DeleteTopics
+    37: 1,  # CreatePartitions
+}
+API_NAMES = {
+    0: "Produce",
+    1: "Fetch",
+    2: "ListOffsets",
+    3: "Metadata",
+    8: "OffsetCommit",
+    9: "OffsetFetch",
+    10: "FindCoordinator",
+    19: "CreateTopics",
+    20: "DeleteTopics",
+    37: "CreatePartitions",
+}
+REQUIRED_APIS = (0, 1, 2, 3)
+OFFSETS_NS = "offsets"
+TOPIC_CONFIG_KEYS = {"retention_ms": "retention.ms", "retention_bytes": "retention.bytes"}
+
+_RETRIABLE_KAFKA = {
+    KErr.not_leader_or_follower,
+    KErr.leader_not_available,
+    KErr.request_timed_out,
+    KErr.network_exception,
+    KErr.coordinator_not_available,
+    KErr.not_coordinator,
+    KErr.coordinator_load_in_progress,
+    KErr.not_enough_replicas,
+    KErr.not_enough_replicas_after_append,
+    KErr.kafka_storage_error,
+    KErr.fenced_leader_epoch,
+    KErr.unknown_leader_epoch,
+    KErr.broker_not_available,
+    KErr.not_controller,
+}
+_KAFKA_TO_GATEWAY = {
+    KErr.offset_out_of_range: ErrorCode.OFFSET_OUT_OF_RANGE,
+    KErr.unknown_topic_or_partition: ErrorCode.UNKNOWN_TOPIC,
+    KErr.topic_already_exists: ErrorCode.TOPIC_EXISTS,
+    KErr.invalid_topic_exception: ErrorCode.INVALID_TOPIC,
+    KErr.invalid_partitions: ErrorCode.INVALID_PARTITIONS,
+    KErr.message_too_large: ErrorCode.RECORD_TOO_LARGE,
+    KErr.record_list_too_large: ErrorCode.RECORD_TOO_LARGE,
+    KErr.corrupt_message: ErrorCode.CORRUPT_MESSAGE,
+    KErr.invalid_record: ErrorCode.CORRUPT_MESSAGE,
+    KErr.unsupported_version: ErrorCode.UNSUPPORTED,
+    KErr.invalid_request: ErrorCode.INVALID_REQUEST,
+    KErr.topic_authorization_failed: ErrorCode.UNAUTHORIZED,
+    KErr.group_authorization_failed: ErrorCode.UNAUTHORIZED,
+    KErr.cluster_authorization_failed: ErrorCode.UNAUTHORIZED,
+    KErr.illegal_generation: ErrorCode.ILLEGAL_GENERATION,
+    KErr.unknown_member_id: ErrorCode.UNKNOWN_MEMBER,
+    KErr.rebalance_in_progress: ErrorCode.REBALANCE_IN_PROGRESS,
+}
+
+
+def kafka_error(code: Any, what: str) -> GatewayError:
+    err = KErr(int(code))
+    if err in _RETRIABLE_KAFKA:
+        return unavailable(f"{what}: Kafka {err.name} (retriable)")
+    mapped = _KAFKA_TO_GATEWAY.get(err, ErrorCode.INTERNAL)
+    return GatewayError(mapped, f"{what}: Kafka error {err.name}")
+
+
+def _ms(ms: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    bootstrap: str = "127.0.0.1:9092"  # host:port[,host:port...]
+    client_id: str = "gateway"
+    kv_topic: str = "__gateway_kv"
+    replication_factor: int = -1  # -1: the broker's default
+    request_timeout_ms: int = 10_000
+    connect_timeout_ms: int = 3_000
+    metadata_max_age_ms: int = 5_000
+    max_response_bytes: int = 128 << 20
+
+
+@dataclass
+class _TopicMeta:
+    info: TopicInfo
+    leaders: list[int]
+    at: float
+
+
+class KafkaBackend(Backend):
+    capabilities = Capabilities(
+        retention=False,
+        delete_partitions=False,  # Kafka cannot remove partitions
+        durable=True,
+        notifies_appends=False,
+    )
+    type_name = "kafka"
+
+    def __init__(self, name: str, config: KafkaConfig) -> None:
+        super().__init__(name)
+        self.config = config
+        self._bootstrap = []
+        for part in config.bootstrap.split(","):
+            host, _, port = part.strip().rpartition(":")
+            self._bootstrap.append((host or "127.0.0.1", int(port or 9092)))
+        self._brokers: dict[int, tuple[str, int]] = {}
+        self._conns: dict[Any, BrokerConnection] = {}
+        self._conn_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+        self._topics: dict[str, _TopicMeta] = {}
+        self._api_ok: dict[int, bool] | None = None
+        self._kv: dict[tuple[str, str], bytes] = {}
+        self._kv_next = 0
+        self._kv_lock = trio.Lock()
+        self._kv_ready = False
+        self._coordinators: dict[str, int] = {}
+        self._topic_configs: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._hw_hint: dict[tuple[str, int], int] = {}
+        self._timeout = config.request_timeout_ms / 1000
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        try:
+            await self._negotiate()
+        except GatewayError:
+            pass  # the broker is down: every call reports it until it is back
+
+    async def close(self) -> None:
+        for conn in list(self._conns.values()):
+            await conn.aclose()
+        self._conns.clear()
+
+    async def health(self) -> tuple[bool, str]:
+        try:
+            await self._metadata([])
+        except GatewayError as exc:
+            return False, exc.message
+        return True, "ok"
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type_name, "bootstrap": self.config.bootstrap}
+
+    # ------------------------------------------------------------------ connections
+    async def _connection(self, node: int | None) -> BrokerConnection:
+        """The connection to broker ``node`` (None: any bootstrap broker)."""
+        key: Any = node if node is not None else "bootstrap"
+        conn = self._conns.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._conn_lock:
+            conn = self._conns.get(key)
+            if conn is not None and not conn.closed:
+                return conn
+            assert self._nursery is not None, "open() the backend first"
+            addresses = [self._brokers[node]] if node in self._brokers else self._bootstrap
+            last: GatewayError | None = None
+            for host, port in addresses:
+                conn = BrokerConnection(
+                    host, port, self.config.client_id, self.config.max_response_bytes
+                )
+                try:
+                    await conn.connect(self._nursery, self.config.connect_timeout_ms / 1000)
+                except GatewayError as exc:
+                    last = exc
+                    continue
+                self._conns[key] = conn
+                return conn
+            assert last is not None
+            raise last
+
+    async def _call(self, request: Any, node: int | None = None) -> Any:
+        if self._api_ok is None:
+            await self._negotiate()
+        conn = await self._connection(node)
+        return await conn.call(request, self._timeout)
+
+    async def _negotiate(self) -> None:
+        """ApiVersions: check the broker speaks the version we use of every API."""
+        from kio.schema.api_versions.v0.request import ApiVersionsRequest
+
+        conn = await self._connection(None)
+        response = await conn.call(ApiVersionsRequest(), self._timeout)
+        if int(response.error_code):
+            raise kafka_error(response.error_code, "ApiVersions")
+        ranges = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+        }
+        ok = {}
+        for key, version in API_VERSIONS.items():
+            lo, hi = ranges.get(key, (1, 0))
+            ok[key] = lo <= version <= hi
+        missing = [API_NAMES[k] for k in REQUIRED_APIS if not ok[k]]
+        if missing:
+            pinned = ", ".join(f"{API_NAMES[k]} v{API_VERSIONS[k]}" for k in REQUIRED_APIS)
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED,
+                f"the Kafka broker does not support {', '.join(missing)} at the versions the "
+                f"gateway speaks ({pinned})",
+            )
+        self._api_ok = ok
+        # an instance attribute: what this broker can do
+        self.capabilities = replace(
+            type(self).capabilities,
+            topic_admin=ok[19] and ok[20] and ok[37],
+            kv_store=True,
+        )
+
+    def _require(self, api: int, what: str) -> None:
+        if self._api_ok is not None and not self._api_ok.get(api):
+            raise unsupported(
+                f"{what} (the broker has no {API_NAMES[api]} v{API_VERSIONS[api]})", self.name
+            )
+
+    # ------------------------------------------------------------------ metadata
+    async def _metadata(self, topics: list[str] | None) -> Any:
+        request = md_req.MetadataRequest(
+            topics=None
+            if topics is None
+            else tuple(md_req.MetadataRequestTopic(name=t) for t in topics),
+            allow_auto_topic_creation=False,
+        )
+        response = await self._call(request)
+        for b in response.brokers:
+            self._brokers[int(b.node_id)] = (b.host, int(b.port))
+        return response
+
+    async def _topic_meta(
+        self, name: str, partition: int | None = None, fresh: bool = False
+    ) -> _TopicMeta:
+        meta = self._topics.get(name)
+        now = trio.current_time()
+        if (
+            meta is not None
+            and not fresh
+            and now - meta.at < self.config.metadata_max_age_ms / 1000
+            and (partition is None or 0 <= partition < meta.info.partitions)
+        ):
+            return meta
+        response = await self._metadata([name])
+        meta = None
+        for t in response.topics:
+            if t.name != name:
+                continue
+            err = KErr(int(t.error_code))
+            if err is KErr.unknown_topic_or_partition:
+                break
+            if err is not KErr.none:
+                raise kafka_error(err, f"metadata of {name}")
+            parts = sorted(t.partitions, key=lambda p: int(p.partition_index))
+            leaders = [int(p.leader_id) for p in parts]
+            config = self._topic_configs.get(name, ())
+            meta = _TopicMeta(TopicInfo(name, len(parts), config), leaders, now)
+        if meta is None or meta.info.partitions == 0:
+            self._topics.pop(name, None)
+            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        self._topics[name] = meta
+        if partition is not None and not 0 <= partition < meta.info.partitions:
+            raise GatewayError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {name!r} has no partition {partition} (it has {meta.info.partitions})",
+            )
+        return meta
+
+    def _leader(self, meta: _TopicMeta, partition: int) -> int | None:
+        leader = meta.leaders[partition]
+        return leader if leader >= 0 and leader in self._brokers else None
+
+    async def _partition_error(
+        self, name: str, partition: int, err: Any, what: str
+    ) -> GatewayError:
+        e = KErr(int(err))
+        if e is KErr.unknown_topic_or_partition:
+            try:
+                await self._topic_meta(name, partition, fresh=True)
+            except GatewayError as exc:
+                return exc
+            return unavailable(f"{what}: {name}/{partition} is not available yet")
+        if e in _RETRIABLE_KAFKA:
+            self._topics.pop(name, None)
+        return kafka_error(e, what)
+
+    # ------------------------------------------------------------------ topics
+    def _is_internal(self, name: str) -> bool:
+        return name == self.config.kv_topic or name.startswith("__")
+
+    async def create_topic(
+        self, name: str, partitions: int, config: tuple[tuple[str, str], ...] = ()
+    ) -> TopicInfo:
+        check_topic_name(name)
+        check_partitions(partitions)
+        await self._create_topic(name, partitions, config)
+        info = TopicInfo(name, partitions, tuple(config))
+        if config:
+            await self.kv_put("_gw.topics", name, json.dumps([list(kv) for kv in config]).encode())
+            self._topic_configs[name] = tuple(config)
+        return info
+
+    async def _create_topic(
+        self, name: str, partitions: int, config: tuple[tuple[str, str], ...], compact: bool = False
+    ) -> None:
+        if self._api_ok is None:
+            await self._negotiate()
+        self._require(19, "creating topics")
+        configs = [
+            ct_req.CreatableTopicConfig(name=TOPIC_CONFIG_KEYS[k], value=v)
+            for k, v in config
+            if k in TOPIC_CONFIG_KEYS
+        ]
+        if compact:
+            configs.append(ct_req.CreatableTopicConfig(name="cleanup.policy", value="compact"))
+        request = ct_req.CreateTopicsRequest(
+            topics=(
+                ct_req.CreatableTopic(
+                    name=name,
+                    num_partitions=i32(partitions),
+                    replication_factor=i16(self.config.replication_factor),
+                    assignments=(),
+                    configs=tuple(configs),
+                ),
+            ),
+            timeout=_ms(self.config.request_timeout_ms),
+            validate_only=False,
+        )
+        response = await self._call(request)
+        for t in response.topics:
+            if int(t.error_code):
+                raise kafka_error(t.error_code, f"creating topic {name}")
+        self._topics.pop(name, None)
+        # wait until the metadata shows leaders for every partition
+        with trio.move_on_after(self._timeout):
+            while True:
+                try:
+                    meta = await self._topic_meta(name, fresh=True)
+                    if meta.info.partitions >= partitions and all(x >= 0 for x in meta.leaders):
+                        return
+                except GatewayError as exc:
+                    if exc.code is not ErrorCode.UNKNOWN_TOPIC:
+                        raise
+                await trio.sleep(0.02)
+
+    async def delete_topic(self, name: str) -> None:
+        if self._api_ok is None:
+            await self._negotiate()
+        if not self.capabilities.topic_admin:
+            raise unsupported(
+                "deleting topics (the broker cannot add partitions, so topic "
+                "administration is off as a whole)",
+                self.name,
+            )
+        await self._topic_meta(name, fresh=True)
+        request = dt_req.DeleteTopicsRequest(
+            topic_names=(name,), timeout=_ms(self.config.request_timeout_ms)
+        )
+        response = await self._call(request)
+        for r in response.responses:
+            if int(r.error_code):
+                raise kafka_error(r.error_code, f"deleting topic {name}")
+        self._topics.pop(name, None)
+        self._topic_configs.pop(name, None)
+        # wait until it is gone from the metadata
+        with trio.move_on_after(self._timeout):
+            while True:
+                try:
+                    await self._topic_meta(name, fresh=True)
+                except GatewayError as exc:
+                    if exc.code is ErrorCode.UNKNOWN_TOPIC:
+                        return
+                    raise
+                await trio.sleep(0.02)
+
+    async def list_topics(self) -> list[TopicInfo]:
+        response = await self._metadata(None)
+        out = []
+        for t in response.topics:
+            if int(t.error_code) or t.is_internal or self._is_internal(t.name):
+                continue
+            out.append(TopicInfo(t.name, len(t.partitions), self._topic_configs.get(t.name, ())))
+        return sorted(out, key=lambda i: i.name)
+
+    async def topic(self, name: str) -> TopicInfo:
+        meta = await self._topic_meta(name)
+        if name not in self._topic_configs:
+            raw = await self.kv_get("_gw.topics", name)
+            self._topic_configs[name] = tuple(tuple(kv) for kv in json.loads(raw)) if raw else ()
+        return TopicInfo(name, meta.info.partitions, self._topic_configs[name])
+
+    async def create_partitions(self, name: str, count: int) -> TopicInfo:
+        if self._api_ok is None:
+            await self._negotiate()
+        if not self.capabilities.topic_admin:
+            raise unsupported("adding partitions", self.name)
+        meta = await self._topic_meta(name, fresh=True)
+        total = meta.info.partitions + count
+        check_partitions(total)
+        request = cp_req.CreatePartitionsRequest(
+            topics=(cp_req.CreatePartitionsTopic(name=name, count=i32(total), assignments=None),),
+            timeout=_ms(self.config.request_timeout_ms),
+            validate_only=False,
+        )
+        response = await self._call(request)
+        for r in response.results:
+            if int(r.error_code):
+                raise kafka_error(r.error_code, f"adding partitions to {name}")
+        with trio.move_on_after(self._timeout):
+            while (await self._topic_meta(name, fresh=True)).info.partitions < total:
+                await trio.sleep(0.02)
+        return await self.topic(name)
+
+    # ------------------------------------------------------------------ data
+    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+        meta = await self._topic_meta(topic, partition)
+        records = batch.records
+        now = now_us()
+        if not records:
+            info = await self.partition_info(topic, partition)
+            return AppendResult(partition, info.high_watermark, info.high_watermark - 1, now)
+        base = await self._produce(topic, partition, meta, encode_batch(records, now // 1000))
+        self._hw_hint[(topic, partition)] = base + len(records)
+        return AppendResult(partition, base, base + len(records) - 1, now)
+
+    async def _produce(self, topic: str, partition: int, meta: _TopicMeta, data: bytes) -> int:
+        request = produce_req.ProduceRequest(
+            transactional_id=None,
+            acks=i16(-1),
+            timeout=_ms(self.config.request_timeout_ms),
+            topic_data=(
+                produce_req.TopicProduceData(
+                    name=topic,
+                    partition_data=(
+                        produce_req.PartitionProduceData(index=i32(partition), records=data),
+                    ),
+                ),
+            ),
+        )
+        response = await self._call(request, self._leader(meta, partition))
+        for t in response.responses:
+            for p in t.partition_responses:
+                if int(p.error_code):
+                    raise await self._partition_error(
+                        topic, partition, p.error_code, f"produce to {topic}/{partition}"
+                    )
+                return int(p.base_offset)
+        raise GatewayError(ErrorCode.INTERNAL, "empty Produce response")
+
+    async def _list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+        """(offset, timestamp) from ListOffsets: -1 latest, -2 earliest, else a time in ms."""
+        meta = await self._topic_meta(topic, partition)
+        request = lo_req.ListOffsetsRequest(
+            replica_id=i32(-1),
+            isolation_level=i8(0),
+            topics=(
+                lo_req.ListOffsetsTopic(
+                    name=topic,
+                    partitions=(
+                        lo_req.ListOffsetsPartition(
+                            partition_index=i32(partition),
+                            current_leader_epoch=i32(-1),
+                            timestamp=i64(timestamp),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        response = await self._call(request, self._leader(meta, partition))
+        for t in response.topics:
+            for p in t.partitions:
+                if int(p.error_code):
+                    raise await self._partition_error(
+                        topic, partition, p.error_code, f"list offsets of {topic}/{partition}"
+                    )
+                return int(p.offset), int(p.timestamp)
+        raise GatewayError(ErrorCode.INTERNAL, "empty ListOffsets response")
+
+    async def partition_info(self, topic: str, partition: int) -> PartitionInfo:
+        """From a Fetch at the last high watermark seen (no records decoded): its answer carries
+        the log start and high watermark. (Tansu 0.6 answers ListOffsets "latest" with the base
+        offset of the last batch plus one, so ListOffsets is not used for the high watermark.)"""
+        hint = self._hw_hint.get((topic, partition), 0)
+        try:
+            _, hw, start = await self._fetch(topic, partition, hint, 1, 0)
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise
+            earliest, _ = await self._list_offset(topic, partition, -2)
+            _, hw, start = await self._fetch(topic, partition, max(earliest, 0), 1, 0)
+        return PartitionInfo(topic, partition, max(start, 0), max(hw, 0))
+
+    async def _fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, max_records: int = 1 << 62
+    ) -> tuple[list[Record], int, int]:
+        meta = await self._topic_meta(topic, partition)
+        request = fetch_req.FetchRequest(
+            replica_id=i32(-1),
+            max_wait=_ms(1),  # Tansu answers a zero wait with no partitions at all
+            min_bytes=i32(1),
+            max_bytes=i32(max(max_bytes, 1)),
+            isolation_level=i8(0),
+            session_id=i32(0),
+            session_epoch=i32(-1),
+            topics=(
+                fetch_req.FetchTopic(
+                    topic=topic,
+                    partitions=(
+                        fetch_req.FetchPartition(
+                            partition=i32(partition),
+                            current_leader_epoch=i32(-1),
+                            fetch_offset=i64(offset),
+                            log_start_offset=i64(-1),
+                            partition_max_bytes=i32(max(max_bytes, 1)),
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        response = await self._call(request, self._leader(meta, partition))
+        if int(response.error_code):
+            raise kafka_error(response.error_code, f"fetch from {topic}/{partition}")
+        for t in response.responses:
+            for p in t.partitions:
+                if int(p.error_code):
+                    raise await self._partition_error(
+                        topic, partition, p.error_code, f"fetch from {topic}/{partition}"
+                    )
+                try:
+                    records = decode_batches(p.records or b"", offset, max_records)
+                except KafkaRecordError as exc:
+                    raise GatewayError(
+                        ErrorCode.CORRUPT_MESSAGE, f"{topic}/{partition}: {exc}"
+                    ) from exc
+                hw = int(p.high_watermark)
+                self._hw_hint[(topic, partition)] = hw
+                return records, hw, int(p.log_start_offset)
+        raise unavailable(f"fetch from {topic}/{partition}: the broker answered no partition")
+
+    async def read(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> list[RecordBatch]:
+        records, hw, start = await self._fetch(topic, partition, offset, max_bytes, max_records)
+        if not records:
+            if offset < hw and max_bytes < (1 << 20):
+                # the first batch is larger than max_bytes and the broker sent a partial one
+                records, hw, start = await self._fetch(
+                    topic, partition, offset, 1 << 24, max_records
+                )
+            if not records:
+                if start >= 0 and offset < start or offset > hw:
+                    raise GatewayError(
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
+                        f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
+                    )
+                return []
+        if offset < 0 or records[0].offset != offset:
+            raise GatewayError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
+            )
+        records = records[:max_records]
+        batch = RecordBatch(records, base_offset=offset)
+        batch.max_timestamp_us = max(r.timestamp_us for r in records)
+        return [batch]
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_us: int) -> int:
+        """ListOffsets by the millisecond, then a scan for the microsecond (the sub-millisecond
+        part of a timestamp is a record header, which the broker does not index)."""
+        target_ms = max(timestamp_us, 0) // 1000
+        offset, _ = await self._list_offset(topic, partition, target_ms)
+        hw = (await self.partition_info(topic, partition)).high_watermark
+        if offset < 0:
+            return hw
+        while offset < hw:
+            records, hw, _ = await self._fetch(topic, partition, offset, 1 << 20)
+            if not records:
+                break
+            for r in records:
+                if r.timestamp_us >= timestamp_us:
+                    return r.offset
+            offset = records[-1].offset + 1
+        return hw
+
+    # ------------------------------------------------------------------ key-value store
+    def _kv_key(self, namespace: str, key: str) -> bytes:
+        return namespace.encode() + b"\x00" + key.encode()
+
+    async def _kv_sync(self) -> None:
+        """Create the compacted kv topic once, then read it to its end (other gateway instances
+        write it too)."""
+        topic = self.config.kv_topic
+        if not self._kv_ready:
+            try:
+                await self._topic_meta(topic, 0)
+            except GatewayError as exc:
+                if exc.code is not ErrorCode.UNKNOWN_TOPIC:
+                    raise
+                try:
+                    await self._create_topic(topic, 1, (), compact=True)
+                except GatewayError as exc2:
+                    if exc2.code is not ErrorCode.TOPIC_EXISTS:
+                        raise
+            self._kv_ready = True
+        while True:
+            records, hw, start = await self._fetch(topic, 0, max(self._kv_next, 0), 1 << 22)
+            for r in records:
+                ns, _, key = (r.key or b"").partition(b"\x00")
+                k = (ns.decode(), key.decode())
+                if r.value is None:
+                    self._kv.pop(k, None)
+                else:
+                    self._kv[k] = r.value
+                self._kv_next = r.offset + 1
+            if not records:
+                if self._kv_next < start:
+                    self._kv_next = start
+                    continue
+                if self._kv_next > hw:  # the broker lost its data (in-memory broker restart)
+                    self._kv.clear()
+                    self._kv_next = 0
+                    continue
+                return
+
+    async def _kv_write(self, namespace: str, key: str, value: bytes | None) -> None:
+        async with self._kv_lock:
+            await self._kv_sync()
+            topic = self.config.kv_topic
+            meta = await self._topic_meta(topic, 0)
+            rec = Record(self._kv_key(namespace, key), value, (), now_us())
+            base = await self._produce(topic, 0, meta, encode_batch([rec], now_us() // 1000))
+            if value is None:
+                self._kv.pop((namespace, key), None)
+            else:
+                self._kv[(namespace, key)] = value
+            if base == self._kv_next:
+                self._kv_next = base + 1
+
+    async def kv_get(self, namespace: str, key: str) -> bytes | None:
+        committed = await self._offset_fetch(key) if namespace == OFFSETS_NS else None
+        async with self._kv_lock:
+            await self._kv_sync()
+            mirrored = self._kv.get((namespace, key))
+        if committed is None:
+            return mirrored
+        # Kafka's group offset wins (a Kafka consumer may have committed since); the mirror
+        # keeps the metadata string when it agrees (not every broker stores metadata)
+        if (
+            mirrored is not None
+            and json.loads(mirrored).get("offset") == json.loads(committed)["offset"]
+        ):
+            return mirrored
+        return committed
+
+    async def kv_put(self, namespace: str, key: str, value: bytes) -> None:
+        if namespace == OFFSETS_NS:
+            await self._offset_commit(key, value)
+        await self._kv_write(namespace, key, bytes(value))
+
+    async def kv_delete(self, namespace: str, key: str) -> None:
+        if namespace == OFFSETS_NS:
+            await self._offset_commit(key, b'{"offset": -1}')
+        await self._kv_write(namespace, key, None)
+
+    async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        async with self._kv_lock:
+            await self._kv_sync()
+            return sorted(
+                (k, v)
+                for (ns, k), v in self._kv.items()
+                if ns == namespace and k.startswith(prefix)
+            )
+
+    # ------------------------------------------------------------------ committed offsets
+    @staticmethod
+    def _offset_key(key: str) -> tuple[str, str, int] | None:
+        parts = key.split("\x1f")
+        if len(parts) != 3 or not parts[2].lstrip("-").isdigit():
+            return None
+        return parts[0], parts[1], int(parts[2])
+
+    async def _coordinator(self, group: str) -> int | None:
+        node = self._coordinators.get(group)
+        if node is not None:
+            return node
+        response = await self._call(fc_req.FindCoordinatorRequest(key=group, key_type=i8(0)))
+        if int(response.error_code):
+            raise kafka_error(response.error_code, f"find coordinator of {group}")
+        node = int(response.node_id)
+        self._brokers[node] = (response.host, int(response.port))
+        self._coordinators[group] = node
+        return node
+
+    async def _offset_commit(self, key: str, value: bytes) -> None:
+        """Also commit through Kafka's group offsets: Kafka consumers of the group see it."""
+        parsed = self._offset_key(key)
+        if parsed is None or not (self._api_ok or {}).get(8):
+            return
+        group, topic, partition = parsed
+        data = json.loads(value)
+        request = oc_req.OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=i32(-1),
+            member_id="",
+            topics=(
+                oc_req.OffsetCommitRequestTopic(
+                    name=topic,
+                    partitions=(
+                        oc_req.OffsetCommitRequestPartition(
+                            partition_index=i32(partition),
+                            committed_offset=i64(int(data["offset"])),
+                            committed_leader_epoch=i32(-1),
+                            committed_metadata=str(data.get("metadata", "")),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        response = await self._call(request, await self._coordinator(group))
+        for t in response.topics:
+            for p in t.partitions:
+                err = KErr(int(p.error_code))
+                if err in (KErr.not_coordinator, KErr.coordinator_not_available):
+                    self._coordinators.pop(group, None)
+                if err is not KErr.none and err is not KErr.unknown_topic_or_partition:
+                    raise kafka_error(err, f"commit offset of {group}")
+
+    async def _offset_fetch(self, key: str) -> bytes | None:
+        parsed = self._offset_key(key)
+        if parsed is None or not (self._api_ok or {}).get(9):
+            return None
+        group, topic, partition = parsed
+        request = of_req.OffsetFetchRequest(
+            group_id=group,
+            topics=(
+                of_req.OffsetFetchRequestTopic(name=topic, partition_indexes=(i32(partition),)),
+            ),
+        )
+        response = await self._call(request, await self._coordinator(group))
+        if int(response.error_code):
+            err = KErr(int(response.error_code))
+            if err in (KErr.not_coordinator, KErr.coordinator_not_available):
+                self._coordinators.pop(group, None)
+            raise kafka_error(err, f"fetch offset of {group}")
+        for t in response.topics:
+            for p in t.partitions:
+                if int(p.error_code) or int(p.committed_offset) < 0:
+                    return None
+                return json.dumps(
+                    {"offset": int(p.committed_offset), "metadata": p.metadata or ""}
+                ).encode()
+        return None
+
+
+def _factory(name: str, options: Any, config: Any) -> Backend:
+    return KafkaBackend(name, options)
+
+
+BACKEND = BackendSpec("kafka", KafkaConfig, _factory)
