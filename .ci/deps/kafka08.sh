@@ -24,6 +24,6 @@ venv() {  # venv NAME PACKAGE==VERSION...
     echo "$*" >"$stamp"
 }
 
-venv kafka-python-3 kafka-python==3.0.12
-venv kafka-python-2 kafka-python==2.3.3
+venv kafka-python-3 kafka-python==3.0.12 python-snappy==0.7.3 lz4==4.4.5 xxhash==3.6.0
+venv kafka-python-2 kafka-python==2.3.3 python-snappy==0.7.3 lz4==4.4.5 xxhash==3.6.0
 venv confluent-kafka confluent-kafka==2.16.1

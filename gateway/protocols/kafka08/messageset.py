@@ -365,11 +365,10 @@ def encode_fetch(
     for b in batches:
         if size >= max_bytes or not b.count:
             break
-        block = b.encoded_block(KAFKA08)
-        if block is not None:
-            chunk, n = _window(
-                block, b.first_offset - b.base_offset, b.count, b.first_offset, max_bytes - size
-            )
+        window = b.encoded_window(KAFKA08)
+        if window is not None:
+            block, start, stop = window
+            chunk, n = _window(block, start, stop - start, b.first_offset, max_bytes - size)
         else:
             chunk, n = encode_records(b.records, b.first_offset, max_bytes - size)  # type: ignore[assignment]
         parts.append(chunk)

@@ -80,7 +80,7 @@ def test_produce_request_server_role() -> None:
     assert bytes(part.message_set) == ENTRY_HELLO
     batch = parse_produce(part.message_set, now_us=1_000_000)
     assert batch.count == 1
-    assert batch.encoded_block(KAFKA08) is not None  # plain magic 0: kept as it came
+    assert batch.encoded_window(KAFKA08) is not None  # plain magic 0: kept as it came
     [rec] = batch.records
     assert (rec.key, rec.value, rec.timestamp_us) == (None, b"hello", 1_000_000)
 
