@@ -18,6 +18,7 @@ REGISTRY: dict[str, str] = {
     "cursus": "gateway.protocols.cursus",
     "kafka08": "gateway.protocols.kafka08",
     "tank": "gateway.protocols.tank",
+    "iggy": "gateway.protocols.iggy",
 }
 
 

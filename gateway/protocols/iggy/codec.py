@@ -1226,8 +1226,7 @@ def encode_response_payload(code: int, result: Any, dialect: Dialect) -> bytes:
             ((m.offset, m.timestamp, m.id, m.headers, m.payload) for m in result.messages),
         )
     if code == Code.GET_CONSUMER_OFFSET:
-        return struct.pack("<IQQ", result.partition_id, result.current_offset,
-                           result.stored_offset)
+        return struct.pack("<IQQ", result.partition_id, result.current_offset, result.stored_offset)
     if code in (Code.GET_STREAM, Code.CREATE_STREAM):
         return encode_stream_details(result, dialect)
     if code == Code.GET_STREAMS:

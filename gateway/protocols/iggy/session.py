@@ -1,0 +1,792 @@
+"""One Iggy connection: framing through the codec, requests into the model's commands.
+
+Per connection: the dialect (old until LOGIN_USER, see codec), the logged-in user, the client id
+and the consumer-group memberships. Shared by every connection of one core (``IggyState``): the
+durable id registry, the client table and which model member belongs to which Iggy client.
+
+Edge mappings (DESIGN.md): partition ids are 1-based (model partition = id - 1); Iggy's stored
+consumer offset is the last offset consumed (model committed offset - 1; 0 when nothing is
+stored, like the reference server); a consumer (kind 1) id N keeps its offsets as the model
+group ``iggy-consumer-N``; a consumer group (kind 2) is the model group named by the registry
+(``"N"`` unless named). Message ids travel as the reserved header ``_gw.iggy.id`` (16 bytes,
+u128 LE); typed headers travel as plain headers plus ``_gw.iggy.kinds`` (one kind byte per user
+header, present only when some header is not raw).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import struct
+import time
+import weakref
+import zlib
+from typing import Any
+
+import trio
+
+from gateway.model import (
+    RESERVED_HEADER_PREFIX,
+    CommitOffset,
+    CreatePartitions,
+    DeletePartitions,
+    DeleteTopic,
+    DescribeGroup,
+    DescribeTopic,
+    ErrorCode,
+    Fetch,
+    FetchOffset,
+    GatewayError,
+    JoinGroup,
+    LeaveGroup,
+    ListOffsets,
+    Partitioning,
+    Produce,
+    Record,
+    RecordBatch,
+    Stats,
+    SyncGroup,
+    TopicDescription,
+    now_us,
+)
+from gateway.observability import (
+    BYTES_IN,
+    BYTES_OUT,
+    RECORDS_IN,
+    RECORDS_OUT,
+    REQUEST_LATENCY,
+    REQUESTS,
+    protocol_error,
+)
+from gateway.protocols.iggy import codec as c
+from gateway.protocols.iggy.auth import check_credentials
+from gateway.protocols.iggy.registry import GroupEntry, IggyError, Registry, TopicEntry
+
+PROTOCOL = "iggy"
+ID_HEADER = RESERVED_HEADER_PREFIX + "iggy.id"
+KINDS_HEADER = RESERVED_HEADER_PREFIX + "iggy.kinds"
+GROUP_SESSION_TIMEOUT_MS = 24 * 3600 * 1000  # Iggy members live as long as their connection
+_ZERO_ID = bytes(16)
+_IID = struct.Struct("<QQ")
+
+ERROR_STATUS = {
+    ErrorCode.UNKNOWN_TOPIC: c.Status.TOPIC_ID_NOT_FOUND,
+    ErrorCode.UNKNOWN_PARTITION: c.Status.PARTITION_NOT_FOUND,
+    ErrorCode.OFFSET_OUT_OF_RANGE: c.Status.INVALID_OFFSET,
+    ErrorCode.TOPIC_EXISTS: c.Status.TOPIC_NAME_ALREADY_EXISTS,
+    ErrorCode.INVALID_REQUEST: c.Status.INVALID_COMMAND,
+    ErrorCode.INVALID_TOPIC: c.Status.INVALID_TOPIC_NAME,
+    ErrorCode.INVALID_PARTITIONS: c.Status.TOO_MANY_PARTITIONS,
+    ErrorCode.RECORD_TOO_LARGE: c.Status.TOO_BIG_MESSAGE_PAYLOAD,
+    ErrorCode.CORRUPT_MESSAGE: c.Status.CANNOT_APPEND_MESSAGE,
+    ErrorCode.UNKNOWN_GROUP: c.Status.CONSUMER_GROUP_NOT_FOUND,
+    ErrorCode.GROUP_EXISTS: c.Status.CONSUMER_GROUP_ALREADY_EXISTS,
+    ErrorCode.UNKNOWN_MEMBER: c.Status.CONSUMER_GROUP_MEMBER_NOT_FOUND,
+    ErrorCode.UNAUTHORIZED: c.Status.UNAUTHORIZED,
+    ErrorCode.UNAUTHENTICATED: c.Status.UNAUTHENTICATED,
+    ErrorCode.UNSUPPORTED: c.Status.FEATURE_UNAVAILABLE,
+}
+"""The canonical errors as Iggy status codes; anything else is 1 (Error)."""
+
+
+def status_for(exc: GatewayError) -> int:
+    return int(ERROR_STATUS.get(exc.code, c.Status.ERROR))
+
+
+# ----------------------------------------------------------------------------- shared state
+
+
+class ClientInfo:
+    __slots__ = ("client_id", "address", "groups")
+
+    def __init__(self, client_id: int, address: str) -> None:
+        self.client_id = client_id
+        self.address = address
+        self.groups: set[tuple[int, int, int]] = set()  # (group id, topic id, stream id)
+
+
+class IggyState:
+    """What every Iggy connection of one core shares."""
+
+    def __init__(self, core: Any, listener: Any) -> None:
+        self.registry = Registry(
+            core,
+            getattr(listener, "default_stream", "default"),
+            getattr(listener, "stream_separator", "."),
+        )
+        self.clients: dict[int, ClientInfo] = {}
+        self.member_client: dict[str, int] = {}
+        self.member_topics: dict[str, set[str]] = {}
+        self._next_client = 0
+        self.started_us = now_us()
+
+    def new_client(self, address: str) -> ClientInfo:
+        self._next_client += 1
+        info = ClientInfo(self._next_client, address)
+        self.clients[info.client_id] = info
+        return info
+
+
+_STATES: weakref.WeakKeyDictionary[Any, IggyState] = weakref.WeakKeyDictionary()
+
+
+def state_for(core: Any, listener: Any) -> IggyState:
+    state = _STATES.get(core)
+    if state is None:
+        state = _STATES[core] = IggyState(core, listener)
+    return state
+
+
+# ----------------------------------------------------------------------------- headers
+
+
+def headers_to_model(block: bytes, raw_id: bytes) -> tuple[tuple[str, bytes], ...]:
+    """An Iggy headers block and message id as model headers."""
+    entries = c.decode_headers(block)
+    out = [(key, bytes(value)) for key, _, value in entries]
+    if any(kind != c.HeaderKind.RAW for _, kind, _ in entries):
+        out.append((KINDS_HEADER, bytes(kind for _, kind, _ in entries)))
+    out.append((ID_HEADER, raw_id))
+    return tuple(out)
+
+
+def headers_from_model(headers: tuple[tuple[str, bytes], ...]) -> tuple[int, bytes]:
+    """(message id, Iggy headers block) of a stored record's model headers."""
+    if len(headers) == 1 and headers[0][0] == ID_HEADER:
+        lo, hi = _IID.unpack(headers[0][1])
+        return lo | (hi << 64), b""
+    mid = 0
+    kinds = b""
+    user = []
+    for name, value in headers:
+        if name.startswith(RESERVED_HEADER_PREFIX):
+            if name == ID_HEADER and len(value) == 16:
+                lo, hi = _IID.unpack(value)
+                mid = lo | (hi << 64)
+            elif name == KINDS_HEADER:
+                kinds = value
+            continue
+        if name and len(name.encode()) <= 255:
+            user.append((name, value))
+    if not user:
+        return mid, b""
+    if len(kinds) != len(user):
+        kinds = bytes([c.HeaderKind.RAW]) * len(user)
+    block = b"".join(
+        struct.pack("<I", len(k.encode()))
+        + k.encode()
+        + bytes((kind,))
+        + struct.pack("<I", len(v))
+        + v
+        for (k, v), kind in zip(user, kinds, strict=True)
+    )
+    return mid, block
+
+
+# ----------------------------------------------------------------------------- session
+
+
+class IggySession:
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.core = ctx.core
+        self.cfg = ctx.listener
+        self.log = ctx.log
+        self.state = state_for(self.core, self.cfg)
+        self.registry = self.state.registry
+        self.client = self.state.new_client(ctx.peer)
+        self.conn = c.ServerConnection(self.cfg.max_frame_bytes)
+        self.user_id: int | None = None
+        # model group name -> (member id, canonical topics joined through this connection)
+        self.memberships: dict[str, tuple[str, set[str]]] = {}
+        self._rr: dict[str, int] = {}
+        self._handlers = {
+            c.Ping: self.ping,
+            c.GetStats: self.get_stats,
+            c.GetMe: self.get_me,
+            c.GetClient: self.get_client,
+            c.GetClients: self.get_clients,
+            c.LoginUser: self.login,
+            c.PollMessages: self.poll,
+            c.SendMessages: self.send,
+            c.GetConsumerOffset: self.get_offset,
+            c.StoreConsumerOffset: self.store_offset,
+            c.GetStream: self.get_stream,
+            c.GetStreams: self.get_streams,
+            c.CreateStream: self.create_stream,
+            c.DeleteStream: self.delete_stream,
+            c.GetTopic: self.get_topic,
+            c.GetTopics: self.get_topics,
+            c.CreateTopic: self.create_topic,
+            c.DeleteTopic: self.delete_topic,
+            c.CreatePartitions: self.create_partitions,
+            c.DeletePartitions: self.delete_partitions,
+            c.GetConsumerGroup: self.get_group,
+            c.GetConsumerGroups: self.get_groups,
+            c.CreateConsumerGroup: self.create_group,
+            c.DeleteConsumerGroup: self.delete_group,
+            c.JoinConsumerGroup: self.join_group,
+            c.LeaveConsumerGroup: self.leave_group,
+        }
+
+    # ------------------------------------------------------------------ dispatch
+    async def handle(self, req: c.Request) -> bytes:
+        """The response frame for one decoded request."""
+        code = req.CODE
+        api = c.Code(code).name.lower()
+        start = time.perf_counter()
+        try:
+            if (
+                self.user_id is None
+                and not self.cfg.allow_anonymous
+                and code not in (c.Code.PING, c.Code.LOGIN_USER)
+            ):
+                raise IggyError(c.Status.UNAUTHENTICATED, "log in first")
+            result = await self._handlers[type(req)](req)
+            out = self.conn.send_response(code, result)
+            outcome = "ok"
+        except IggyError as exc:
+            out = self.error(api, exc.status, str(exc))
+            outcome = str(exc.status)
+        except GatewayError as exc:
+            status = status_for(exc)
+            out = self.error(api, status, exc.message)
+            outcome = str(status)
+        REQUESTS.labels(protocol=PROTOCOL, api=api, outcome=outcome).inc()
+        REQUEST_LATENCY.labels(protocol=PROTOCOL, api=api).observe(time.perf_counter() - start)
+        return out
+
+    def error(self, api: str, status: int, message: str) -> bytes:
+        protocol_error(
+            self.log, PROTOCOL, f"status_{status}", api=api, status=int(status), error=message
+        )
+        return c.ServerConnection.send_error(status)
+
+    async def close(self) -> None:
+        for name, (member_id, _) in list(self.memberships.items()):
+            try:
+                await self.core.execute(LeaveGroup(name, member_id))
+            except GatewayError:
+                pass
+            self.state.member_client.pop(member_id, None)
+            self.state.member_topics.pop(member_id, None)
+        self.memberships.clear()
+        self.state.clients.pop(self.client.client_id, None)
+
+    # ------------------------------------------------------------------ system
+    async def ping(self, req: c.Ping) -> None:
+        return None
+
+    async def login(self, req: c.LoginUser) -> c.LoginResult:
+        users = self.cfg.users
+        if any("password_hash" in u for u in users):
+            user_id = await trio.to_thread.run_sync(
+                check_credentials, users, req.username, req.password
+            )
+        else:
+            user_id = check_credentials(users, req.username, req.password)
+        if user_id is None:
+            raise IggyError(
+                c.Status.INVALID_CREDENTIALS, f"invalid credentials for {req.username!r}"
+            )
+        self.user_id = user_id
+        self.log.info("iggy_login", user=req.username, client_id=self.client.client_id)
+        return c.LoginResult(user_id)
+
+    async def get_stats(self, req: c.GetStats) -> c.StatsRecord:
+        stats = await self.core.execute(Stats())
+        await self.registry.sync()
+        uname = platform.uname()
+        return c.StatsRecord(
+            process_id=os.getpid(),
+            run_time=now_us() - self.state.started_us,
+            start_time=self.state.started_us,
+            streams_count=len(self.registry.streams),
+            topics_count=stats.topics,
+            partitions_count=stats.partitions,
+            segments_count=stats.partitions,
+            messages_count=stats.records,
+            clients_count=len(self.state.clients),
+            consumer_groups_count=len(list(self.registry.all_groups())),
+            hostname=socket.gethostname(),
+            os_name=uname.system,
+            os_version=uname.version,
+            kernel_version=uname.release,
+        )
+
+    def _client_record(self, info: Any) -> c.ClientRecord:
+        groups = tuple(sorted(info.groups))
+        return c.ClientRecord(info.client_id, 1, info.address, len(groups), groups)
+
+    async def get_me(self, req: c.GetMe) -> c.ClientRecord:
+        return self._client_record(self.client)
+
+    async def get_client(self, req: c.GetClient) -> c.ClientRecord:
+        info = self.state.clients.get(req.client_id)
+        if info is None:
+            raise IggyError(c.Status.CLIENT_NOT_FOUND, f"client {req.client_id} not found")
+        return self._client_record(info)
+
+    async def get_clients(self, req: c.GetClients) -> list[c.ClientRecord]:
+        return [self._client_record(i) for _, i in sorted(self.state.clients.items())]
+
+    # ------------------------------------------------------------------ streams / topics
+    async def _describe(self, t: TopicEntry) -> TopicDescription:
+        return await self.core.execute(DescribeTopic(t.canonical))
+
+    def _topic_record(self, t: TopicEntry, d: TopicDescription) -> c.TopicRecord:
+        messages = sum(p.high_watermark - p.log_start_offset for p in d.partitions)
+        if self.conn.dialect is c.Dialect.V06:
+            expiry = t.expiry_us
+        else:
+            expiry = min(t.expiry_us // 1000, 0xFFFFFFFF)
+        return c.TopicRecord(
+            t.id,
+            t.created_at,
+            len(d.partitions),
+            expiry,
+            0,
+            messages,
+            t.name,
+            t.compression,
+            t.max_size,
+            t.replication,
+        )
+
+    def _partition_records(self, t: TopicEntry, d: TopicDescription) -> tuple:
+        return tuple(
+            c.PartitionRecord(
+                p.partition + 1,
+                t.created_at,
+                1,
+                max(0, p.high_watermark - 1),
+                0,
+                p.high_watermark - p.log_start_offset,
+            )
+            for p in d.partitions
+        )
+
+    async def _stream_details(self, s: Any) -> c.StreamDetails:
+        topics = []
+        messages = 0
+        for t in self.registry.topics_of(s.id):
+            try:
+                d = await self._describe(t)
+            except GatewayError as exc:
+                if exc.code is ErrorCode.UNKNOWN_TOPIC:
+                    continue
+                raise
+            rec = self._topic_record(t, d)
+            messages += rec.messages_count
+            topics.append(rec)
+        record = c.StreamRecord(s.id, s.created_at, len(topics), 0, messages, s.name)
+        return c.StreamDetails(record, tuple(topics))
+
+    async def get_stream(self, req: c.GetStream) -> c.StreamDetails:
+        s = await self.registry.stream(req.stream)
+        return await self._stream_details(s)
+
+    async def get_streams(self, req: c.GetStreams) -> list[c.StreamRecord]:
+        await self.registry.sync()
+        out = []
+        for s in sorted(self.registry.streams.values(), key=lambda s: s.id):
+            out.append((await self._stream_details(s)).stream)
+        return out
+
+    async def create_stream(self, req: c.CreateStream) -> c.StreamDetails | None:
+        await self.registry.sync()
+        s = await self.registry.create_stream(req.stream_id, req.name)
+        if self.conn.dialect is c.Dialect.V06:
+            return c.StreamDetails(c.StreamRecord(s.id, s.created_at, 0, 0, 0, s.name))
+        return None
+
+    async def delete_stream(self, req: c.DeleteStream) -> None:
+        s = await self.registry.stream(req.stream)
+        for t in self.registry.topics_of(s.id):
+            await self._drop_topic(t)
+        await self.registry.forget_stream(s)
+
+    async def _drop_topic(self, t: TopicEntry) -> None:
+        try:
+            await self.core.execute(DeleteTopic(t.canonical))
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_TOPIC:
+                raise
+        await self.registry.forget_topic(t)
+
+    async def get_topic(self, req: c.GetTopic) -> c.TopicDetails:
+        t = await self.registry.topic(req.stream, req.topic)
+        d = await self._describe(t)
+        return c.TopicDetails(self._topic_record(t, d), self._partition_records(t, d))
+
+    async def get_topics(self, req: c.GetTopics) -> list[c.TopicRecord]:
+        s = await self.registry.stream(req.stream)
+        await self.registry.sync()
+        out = []
+        for t in self.registry.topics_of(s.id):
+            out.append(self._topic_record(t, await self._describe(t)))
+        return out
+
+    async def create_topic(self, req: c.CreateTopic) -> c.TopicDetails | None:
+        s = await self.registry.stream(req.stream)
+        dialect = self.conn.dialect
+        t = await self.registry.create_topic(
+            s,
+            req.topic_id,
+            req.name,
+            req.partitions_count,
+            req.expiry_us(dialect),
+            req.compression_algorithm,
+            req.max_topic_size,
+            req.replication_factor or 1,
+        )
+        if dialect is c.Dialect.V06:
+            d = await self._describe(t)
+            return c.TopicDetails(self._topic_record(t, d), self._partition_records(t, d))
+        return None
+
+    async def delete_topic(self, req: c.DeleteTopic) -> None:
+        t = await self.registry.topic(req.stream, req.topic)
+        await self._drop_topic(t)
+
+    async def create_partitions(self, req: c.CreatePartitions) -> None:
+        t = await self.registry.topic(req.stream, req.topic)
+        await self.core.execute(CreatePartitions(t.canonical, req.partitions_count))
+
+    async def delete_partitions(self, req: c.DeletePartitions) -> None:
+        t = await self.registry.topic(req.stream, req.topic)
+        await self.core.execute(DeletePartitions(t.canonical, req.partitions_count))
+
+    # ------------------------------------------------------------------ messages
+    async def send(self, req: c.SendMessages) -> None:
+        t = await self.registry.topic(req.stream, req.topic)
+        p = req.partitioning
+        key: bytes | None = None
+        partition: int | None = None
+        mode = Partitioning.ROUND_ROBIN
+        if p.kind == c.PartitioningKind.PARTITION_ID:
+            pid = struct.unpack("<I", p.value)[0]
+            if pid == 0:
+                raise IggyError(c.Status.PARTITION_NOT_FOUND, "partition 0")
+            partition, mode = pid - 1, Partitioning.EXPLICIT
+        elif p.kind == c.PartitioningKind.MESSAGES_KEY:
+            key, mode = p.value, Partitioning.KEY_HASH
+        msgs = req.messages
+        ts = now_us()
+        zero = _ZERO_ID
+        random_ids = b""
+        records = []
+        append = records.append
+        j = 0
+        for raw_id, headers, payload in msgs:
+            raw_id = bytes(raw_id)
+            if raw_id == zero:
+                if not random_ids:
+                    random_ids = os.urandom(16 * len(msgs))
+                raw_id = random_ids[j : j + 16]
+                j += 16
+            if headers:
+                hdrs = headers_to_model(headers, raw_id)
+            else:
+                hdrs = ((ID_HEADER, raw_id),)
+            append(Record(key, payload, hdrs, ts))
+        batch = RecordBatch(records, max_timestamp_us=ts)
+        try:
+            await self.core.execute(Produce(t.canonical, batch, partition, mode))
+        except GatewayError as exc:
+            if exc.code is ErrorCode.UNKNOWN_PARTITION:
+                raise IggyError(c.Status.PARTITION_NOT_FOUND, exc.message) from None
+            raise
+        RECORDS_IN.labels(protocol=PROTOCOL).inc(len(records))
+
+    def _consumer_group_name(self, consumer: c.Consumer) -> str:
+        return f"iggy-consumer-{consumer.id.value}"
+
+    async def _partitions(self, t: TopicEntry) -> int:
+        info = await self.core.topic(t.canonical)
+        return info.partitions
+
+    async def _group_for(self, t: TopicEntry, consumer: c.Consumer) -> GroupEntry:
+        if not isinstance(consumer.id.value, int):
+            for g in self.registry.groups_of(t):
+                if g.name == consumer.id.value:
+                    return g
+            raise IggyError(c.Status.CONSUMER_GROUP_NOT_FOUND, f"group {consumer.id.value!r}")
+        return await self.registry.group(t, consumer.id.value)
+
+    async def _offsets_key(
+        self, t: TopicEntry, consumer: c.Consumer, partition_id: int, count: int
+    ) -> tuple[str, int]:
+        """(model group name, 0-based partition) for a poll or an offset command."""
+        if consumer.kind == c.ConsumerKind.CONSUMER_GROUP:
+            g = await self._group_for(t, consumer)
+            return g.name, partition_id - 1
+        if not 1 <= partition_id <= count:
+            raise IggyError(c.Status.PARTITION_NOT_FOUND, f"partition {partition_id}")
+        return self._consumer_group_name(consumer), partition_id - 1
+
+    async def _member_partitions(self, g: GroupEntry, t: TopicEntry) -> list[int]:
+        membership = self.memberships.get(g.name)
+        if membership is None or t.canonical not in membership[1]:
+            raise IggyError(
+                c.Status.CONSUMER_GROUP_MEMBER_NOT_FOUND,
+                f"client {self.client.client_id} is not a member of group {g.id}",
+            )
+        member_id = await self._join(g, t.canonical, membership[0], membership[1])
+        for _ in range(3):
+            joined = await self.core.execute(
+                JoinGroup(g.name, tuple(sorted(membership[1])), member_id, GROUP_SESSION_TIMEOUT_MS)
+            )
+            try:
+                synced = await self.core.execute(SyncGroup(g.name, member_id, joined.generation))
+            except GatewayError as exc:
+                if exc.code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS):
+                    continue
+                raise
+            return [p for topic, p in synced.assignment.partitions if topic == t.canonical]
+        return []
+
+    async def poll(self, req: c.PollMessages) -> c.PolledMessages:
+        t = await self.registry.topic(req.stream, req.topic)
+        count = await self._partitions(t)
+        if count == 0:
+            raise IggyError(c.Status.NO_PARTITIONS, f"topic {t.name!r} has no partitions")
+        consumer = req.consumer
+        if consumer.kind == c.ConsumerKind.CONSUMER_GROUP:
+            g = await self._group_for(t, consumer)
+            mine = await self._member_partitions(g, t)
+            if not mine:
+                return c.PolledMessages(0, 0)
+            i = self._rr.get(g.name, 0)
+            self._rr[g.name] = i + 1
+            partition = sorted(mine)[i % len(mine)]
+            group = g.name
+        else:
+            group, partition = await self._offsets_key(t, consumer, req.partition_id, count)
+        topic = t.canonical
+        part = await self.core.router.backend_for(topic).partition_info(topic, partition)
+        start, hw = part.log_start_offset, part.high_watermark
+        kind = req.kind
+        if kind == c.PollingKind.OFFSET:
+            offset = max(req.value, start)
+        elif kind == c.PollingKind.TIMESTAMP:
+            offset = (await self.core.execute(ListOffsets(topic, partition, req.value))).offset
+        elif kind == c.PollingKind.FIRST:
+            offset = start
+        elif kind == c.PollingKind.LAST:
+            offset = max(start, hw - req.count)
+        else:
+            committed = (await self.core.execute(FetchOffset(group, topic, partition))).offset
+            offset = max(committed, start) if committed >= 0 else start
+        current = max(0, hw - 1)
+        if offset >= hw:
+            return c.PolledMessages(partition + 1, current)
+        result = await self.core.execute(
+            Fetch(topic, partition, offset, req.count, self.cfg.max_poll_bytes, 0)
+        )
+        records = [r for b in result.batches for r in b.records]
+        if not records:
+            return c.PolledMessages(partition + 1, max(0, result.high_watermark - 1))
+        if req.auto_commit:
+            await self.core.execute(CommitOffset(group, topic, partition, records[-1].offset + 1))
+        RECORDS_OUT.labels(protocol=PROTOCOL).inc(len(records))
+        return c.encode_polled(
+            partition + 1,
+            max(0, result.high_watermark - 1),
+            self._poll_rows(records),
+        )
+
+    @staticmethod
+    def _poll_rows(records: list[Record]) -> Any:
+        conv = headers_from_model
+        for r in records:
+            mid, block = conv(r.headers) if r.headers else (0, b"")
+            ts = r.timestamp_us if r.timestamp_us >= 0 else 0
+            yield r.offset, ts, mid, block, r.value or b""
+
+    async def get_offset(self, req: c.GetConsumerOffset) -> c.ConsumerOffsetRecord:
+        t = await self.registry.topic(req.stream, req.topic)
+        count = await self._partitions(t)
+        group, partition = await self._offsets_key(t, req.consumer, req.partition_id, count)
+        if not 0 <= partition < count:
+            raise IggyError(c.Status.PARTITION_NOT_FOUND, f"partition {req.partition_id}")
+        part = await self.core.router.backend_for(t.canonical).partition_info(
+            t.canonical, partition
+        )
+        committed = (await self.core.execute(FetchOffset(group, t.canonical, partition))).offset
+        return c.ConsumerOffsetRecord(
+            partition + 1, max(0, part.high_watermark - 1), max(0, committed - 1)
+        )
+
+    async def store_offset(self, req: c.StoreConsumerOffset) -> None:
+        t = await self.registry.topic(req.stream, req.topic)
+        count = await self._partitions(t)
+        group, partition = await self._offsets_key(t, req.consumer, req.partition_id, count)
+        if not 0 <= partition < count:
+            raise IggyError(c.Status.PARTITION_NOT_FOUND, f"partition {req.partition_id}")
+        part = await self.core.router.backend_for(t.canonical).partition_info(
+            t.canonical, partition
+        )
+        if req.offset > max(0, part.high_watermark - 1):
+            raise IggyError(c.Status.INVALID_OFFSET, f"offset {req.offset} beyond the log")
+        await self.core.execute(CommitOffset(group, t.canonical, partition, req.offset + 1))
+
+    # ------------------------------------------------------------------ consumer groups
+    async def _group(self, req: Any) -> tuple[TopicEntry, GroupEntry]:
+        t = await self.registry.topic(req.stream, req.topic)
+        return t, await self.registry.group(t, req.group_id)
+
+    def _members_of(self, g: GroupEntry, t: TopicEntry, desc: Any) -> list[tuple[int, tuple]]:
+        out = []
+        for m in desc.members:
+            parts = tuple(sorted(p + 1 for topic, p in m.partitions if topic == t.canonical))
+            topics = self.state.member_topics.get(m.member_id)
+            if topics is not None and t.canonical not in topics:
+                continue
+            if topics is None and not parts:
+                continue
+            client_id = self.state.member_client.get(m.member_id)
+            if client_id is None:
+                client_id = zlib.crc32(m.member_id.encode()) & 0x7FFFFFFF
+            out.append((client_id, parts))
+        return sorted(out)
+
+    async def get_group(self, req: c.GetConsumerGroup) -> c.GroupDetails:
+        t, g = await self._group(req)
+        desc = await self.core.execute(DescribeGroup(g.name))
+        members = self._members_of(g, t, desc)
+        count = await self._partitions(t)
+        return c.GroupDetails(c.GroupRecord(g.id, count, len(members)), tuple(members))
+
+    async def get_groups(self, req: c.GetConsumerGroups) -> list[c.GroupRecord]:
+        t = await self.registry.topic(req.stream, req.topic)
+        count = await self._partitions(t)
+        out = []
+        for g in self.registry.groups_of(t):
+            desc = await self.core.execute(DescribeGroup(g.name))
+            out.append(c.GroupRecord(g.id, count, len(self._members_of(g, t, desc))))
+        return out
+
+    async def create_group(self, req: c.CreateConsumerGroup) -> None:
+        t = await self.registry.topic(req.stream, req.topic)
+        await self.registry.create_group(t, req.group_id)
+
+    async def delete_group(self, req: c.DeleteConsumerGroup) -> None:
+        t, g = await self._group(req)
+        membership = self.memberships.get(g.name)
+        if membership is not None and t.canonical in membership[1]:
+            await self._leave(g, t)
+        await self.registry.delete_group(g)
+
+    async def _join(self, g: GroupEntry, canonical: str, member_id: str, topics: set[str]) -> str:
+        try:
+            joined = await self.core.execute(
+                JoinGroup(g.name, tuple(sorted(topics)), member_id, GROUP_SESSION_TIMEOUT_MS)
+            )
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_MEMBER:
+                raise
+            joined = await self.core.execute(
+                JoinGroup(g.name, tuple(sorted(topics)), "", GROUP_SESSION_TIMEOUT_MS)
+            )
+        if joined.member_id != member_id:
+            self.state.member_client.pop(member_id, None)
+            self.state.member_topics.pop(member_id, None)
+        self.memberships[g.name] = (joined.member_id, topics)
+        self.state.member_client[joined.member_id] = self.client.client_id
+        self.state.member_topics[joined.member_id] = topics
+        return joined.member_id
+
+    async def join_group(self, req: c.JoinConsumerGroup) -> None:
+        t, g = await self._group(req)
+        member_id, topics = self.memberships.get(g.name, ("", set()))
+        topics = set(topics) | {t.canonical}
+        await self._join(g, t.canonical, member_id, topics)
+        self.client.groups.add((g.id, t.id, t.stream_id))
+
+    async def _leave(self, g: GroupEntry, t: TopicEntry) -> None:
+        member_id, topics = self.memberships[g.name]
+        topics = set(topics) - {t.canonical}
+        self.client.groups.discard((g.id, t.id, t.stream_id))
+        if topics:
+            await self._join(g, t.canonical, member_id, topics)
+            return
+        del self.memberships[g.name]
+        self.state.member_client.pop(member_id, None)
+        self.state.member_topics.pop(member_id, None)
+        try:
+            await self.core.execute(LeaveGroup(g.name, member_id))
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_MEMBER:
+                raise
+
+    async def leave_group(self, req: c.LeaveConsumerGroup) -> None:
+        t, g = await self._group(req)
+        membership = self.memberships.get(g.name)
+        if membership is None or t.canonical not in membership[1]:
+            raise IggyError(c.Status.CONSUMER_GROUP_MEMBER_NOT_FOUND, f"not in group {g.id}")
+        await self._leave(g, t)
+
+
+# ----------------------------------------------------------------------------- connection
+
+
+async def handle_connection(stream: trio.abc.Stream, ctx: Any) -> None:
+    """Serve one Iggy connection until the peer closes, a frame is undecodable (closed without
+    an error frame, like the reference server), it idles out, or the gateway drains."""
+    session = IggySession(ctx)
+    conn = session.conn
+    idle = ctx.listener.idle_timeout_s
+    bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
+    bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+    try:
+        async with trio.open_nursery() as nursery:
+            read_scope = trio.CancelScope()
+            reading = False
+
+            async def watch_shutdown() -> None:
+                await ctx.shutdown.wait()
+                if reading:
+                    read_scope.cancel()
+
+            nursery.start_soon(watch_shutdown)
+            try:
+                while True:
+                    while True:
+                        try:
+                            req = conn.next_request()
+                        except c.RemoteProtocolError as exc:
+                            protocol_error(ctx.log, PROTOCOL, exc.kind, error=str(exc))
+                            return
+                        except c.ValidationError as exc:
+                            out = session.error("validate", exc.status, str(exc))
+                            await stream.send_all(out)
+                            bytes_out.inc(len(out))
+                            continue
+                        if req is None:
+                            break
+                        out = await session.handle(req)
+                        await stream.send_all(out)
+                        bytes_out.inc(len(out))
+                    if ctx.shutdown.is_set():
+                        return
+                    data = b""
+                    with trio.move_on_after(idle) as idle_scope:
+                        read_scope = trio.CancelScope()
+                        reading = True
+                        with read_scope:
+                            data = await stream.receive_some(1 << 16)
+                        reading = False
+                    if idle_scope.cancelled_caught:
+                        ctx.log.info("idle_timeout", protocol=PROTOCOL, seconds=idle)
+                        return
+                    if not data:
+                        return
+                    bytes_in.inc(len(data))
+                    conn.receive_data(data)
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await session.close()
