@@ -19,6 +19,7 @@ import trio
 from gateway.backends.base import Backend
 from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
 from gateway.backends.memory import MemoryBackend
+from gateway.model import GatewayError
 from tests.backends.servers import kafka_backend, nats_backend
 
 BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
@@ -27,14 +28,21 @@ BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
 @asynccontextmanager
 async def opened(backend: Backend) -> AsyncIterator[Backend]:
     """Open ``backend`` with its own nursery; close it (and end its tasks) on exit."""
+    failure: GatewayError | None = None
     async with trio.open_nursery() as nursery:
-        await backend.open(nursery)
         try:
-            yield backend
-        finally:
-            with trio.CancelScope(shield=True):
-                await backend.close()
-            nursery.cancel_scope.cancel()
+            await backend.open(nursery)
+        except GatewayError as exc:  # raised bare, not wrapped in the nursery's ExceptionGroup
+            failure = exc
+        else:
+            try:
+                yield backend
+            finally:
+                with trio.CancelScope(shield=True):
+                    await backend.close()
+                nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
 
 
 def memory_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:

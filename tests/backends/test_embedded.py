@@ -1,0 +1,513 @@
+"""Tests of the embedded log beyond the conformance suite: file formats, recovery, fsync ordering,
+the data-directory lock, bounded index scans, segment roll and retention."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import crcmod.predefined
+import pytest
+import structlog
+import trio
+import trio.testing
+
+from gateway.backends.embedded import BACKEND, EmbeddedBackend, EmbeddedConfig
+from gateway.backends.embedded.log import PartitionLog
+from gateway.backends.embedded.segment import FRAME, OFFSET_ENTRY, TIME_ENTRY
+from gateway.canonical import CANONICAL
+from gateway.config import ConfigError, parse_config
+from gateway.core.groups import GroupCoordinator
+from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
+from tests.backends.conftest import opened
+from tests.backends.test_conformance import T0, encoded, make_records, read_all, strip
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@asynccontextmanager
+async def embedded(path: Path, fsync_fn: Any = os.fsync, **options: Any) -> AsyncIterator[Any]:
+    settings: dict[str, Any] = {"segment_bytes": 16 * 1024, "index_interval_bytes": 1024}
+    settings.update(options)
+    backend = EmbeddedBackend("embedded", EmbeddedConfig(**settings), path, fsync=fsync_fn)
+    async with opened(backend) as b:
+        yield b
+
+
+def crash(backend: EmbeddedBackend) -> None:
+    """What kill -9 leaves behind (in-process): files as written, no seal, no CLEAN marker."""
+    if backend._background is not None:
+        backend._background.cancel()
+    backend._close_files()
+    backend._is_open = False
+
+
+def plog(backend: EmbeddedBackend, topic: str, partition: int = 0) -> PartitionLog:
+    return backend._partition(topic, partition)
+
+
+def segment_files(path: Path, topic: str, partition: int = 0) -> list[Path]:
+    return sorted((path / "topics" / topic / str(partition)).glob("*.log"))
+
+
+async def fill(backend: Any, topic: str, batches: int, per_batch: int = 10) -> list[Record]:
+    out: list[Record] = []
+    for _ in range(batches):
+        recs = make_records(per_batch, start=len(out))
+        await backend.append(topic, 0, encoded(recs))
+        out.extend(recs)
+    return out
+
+
+# ----------------------------------------------------------------------------- formats
+
+
+async def test_frames_carry_crc32c_that_crcmod_agrees_with(tmp_path: Path) -> None:
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("crc", 1)
+        recs = make_records(5)
+        await backend.append("crc", 0, encoded(recs))
+    raw = segment_files(tmp_path, "crc")[0].read_bytes()
+    length, crc, base, count, max_ts = FRAME.unpack_from(raw, 0)
+    reference = crcmod.predefined.mkCrcFun("crc-32c")
+    assert crc == reference(raw[8 : FRAME.size + length])
+    assert (base, count, max_ts) == (0, 5, recs[-1].timestamp_us)
+    assert raw[FRAME.size : FRAME.size + length] == CANONICAL.encode(recs)
+
+
+async def test_reads_hand_out_the_stored_canonical_block(tmp_path: Path) -> None:
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("pass", 1)
+        batch = encoded(make_records(20))
+        await backend.append("pass", 0, batch)
+        [got] = await backend.read("pass", 0, 0, 100, 1 << 20)
+        assert got.codec is CANONICAL and got.is_whole
+        assert bytes(got.encoded_as(CANONICAL)) == bytes(batch.encoded_as(CANONICAL))
+        [window] = await backend.read("pass", 0, 5, 3, 1 << 20)
+        assert (window.first_offset, window.count) == (5, 3)
+        assert window.encoded_as(CANONICAL) is None  # a window is not the whole block
+
+
+async def test_segment_roll_names_and_oversized_batches(tmp_path: Path) -> None:
+    async with embedded(tmp_path, segment_bytes=4096) as backend:
+        await backend.create_topic("roll", 1)
+        expected = await fill(backend, "roll", 30, per_batch=5)  # ~800 bytes per batch
+        big = make_records(100, start=len(expected))  # ~14 KB: bigger than a segment
+        await backend.append("roll", 0, encoded(big))
+        expected += big
+        await backend.append("roll", 0, encoded(make_records(1, start=len(expected))))
+        log = plog(backend, "roll")
+        files = segment_files(tmp_path, "roll")
+        assert [f.stem for f in files] == [f"{s.base:020d}" for s in log.segments]
+        assert len(files) >= 7
+        for seg in log.segments[:-1]:
+            assert seg.size <= 4096 or seg.records == 100  # the big batch sits alone
+        bases = [s.base for s in log.segments]
+        assert len(expected) - 100 in bases and len(expected) in bases
+        got = await read_all(backend, "roll", 0, 0)
+        assert strip(got) == strip(expected + make_records(1, start=len(expected)))
+
+
+async def test_a_read_scans_at_most_one_index_interval(tmp_path: Path) -> None:
+    interval = 1024
+    async with embedded(tmp_path, segment_bytes=64 * 1024, index_interval_bytes=interval) as b:
+        await b.create_topic("idx", 1)
+        for i in range(600):  # single-record batches of ~150 bytes: many per interval
+            await b.append("idx", 0, RecordBatch(make_records(1, start=i)))
+        log = plog(b, "idx")
+        assert len(log.segments) > 1
+        worst = 0
+        for offset in range(600):
+            [batch] = await b.read("idx", 0, offset, 1, 1 << 20)
+            assert batch.first_offset == offset
+            assert log.last_scan_bytes < interval
+            worst = max(worst, log.last_scan_bytes)
+        assert worst > 0  # the index is sparse: some reads do scan
+        # the index files on disk hold those sparse entries
+        seg = log.segments[0]
+        entries = seg.index_path.stat().st_size // OFFSET_ENTRY.size
+        assert entries == seg.time_index_path.stat().st_size // TIME_ENTRY.size
+        assert seg.size // (interval + 200) <= entries <= seg.size // interval + 1
+
+
+# ----------------------------------------------------------------------------- recovery
+
+
+async def test_torn_tail_is_truncated_logged_and_appends_continue(tmp_path: Path) -> None:
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("torn", 1)
+        expected = await fill(backend, "torn", 40)
+        crash(backend)
+    last = segment_files(tmp_path, "torn")[-1]
+    size = last.stat().st_size
+    os.truncate(last, size - 7)  # the last batch is torn
+    with structlog.testing.capture_logs() as logs:
+        async with embedded(tmp_path) as backend:
+            info = await backend.partition_info("torn", 0)
+            assert info.high_watermark == 390  # the torn batch of 10 is gone
+            got = await read_all(backend, "torn", 0, 0)
+            assert strip(got) == strip(expected[:390])
+            result = await backend.append("torn", 0, encoded(make_records(3, start=390)))
+            assert result.base_offset == 390
+            got = await read_all(backend, "torn", 0, 380)
+            assert [r.offset for r in got] == list(range(380, 393))
+    [event] = [e for e in logs if e["event"] == "embedded.recovery.truncated"]
+    assert event["topic"] == "torn" and event["segment"] == last.name
+    assert event["kept_through_offset"] == 389
+    assert event["dropped_bytes"] == size - 7 - event["valid_bytes"]
+    assert "torn" in event["reason"]
+
+
+@pytest.mark.parametrize("clean_close", [False, True])
+async def test_corrupt_tail_is_cut_at_the_damage(tmp_path: Path, clean_close: bool) -> None:
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("bad", 1)
+        expected = await fill(backend, "bad", 40)
+        frames = []
+        seg = plog(backend, "bad").segments[-1]
+        pos = 0
+        while pos < seg.size:  # frame positions of the last segment
+            length, _, base, count, _ = FRAME.unpack_from(os.pread(seg.fd, FRAME.size, pos))
+            frames.append((pos, base))
+            pos += FRAME.size + length
+        if clean_close:
+            await backend.close()
+        else:
+            crash(backend)
+    damaged_pos, damaged_base = frames[-3]  # three batches from the end
+    last = segment_files(tmp_path, "bad")[-1]
+    with open(last, "r+b") as fh:
+        fh.seek(damaged_pos + FRAME.size + 40)
+        byte = fh.read(1)
+        fh.seek(damaged_pos + FRAME.size + 40)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    with structlog.testing.capture_logs() as logs:
+        async with embedded(tmp_path) as backend:
+            info = await backend.partition_info("bad", 0)
+            if not clean_close:
+                # every batch before the damage is readable, nothing after it is served
+                assert info.high_watermark == damaged_base
+                got = await read_all(backend, "bad", 0, 0)
+                assert strip(got) == strip(expected[:damaged_base])
+                result = await backend.append("bad", 0, encoded(make_records(2)))
+                assert result.base_offset == damaged_base
+            else:
+                # a clean close trusts the indexes: the damage is found by the read's CRC check
+                assert info.high_watermark == 400
+                with pytest.raises(GatewayError) as exc:
+                    await read_all(backend, "bad", 0, damaged_base)
+                assert exc.value.code is ErrorCode.CORRUPT_MESSAGE
+                got = await backend.read("bad", 0, 0, damaged_base, 1 << 30)
+                assert strip(r for b in got for r in b.records) == strip(expected[:damaged_base])
+    truncated = [e for e in logs if e["event"] == "embedded.recovery.truncated"]
+    if not clean_close:
+        assert len(truncated) == 1 and truncated[0]["reason"] == "CRC-32C mismatch"
+        assert truncated[0]["kept_through_offset"] == damaged_base - 1
+
+
+async def test_missing_indexes_are_rebuilt(tmp_path: Path) -> None:
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("reidx", 1)
+        expected = await fill(backend, "reidx", 60)
+        nsegs = len(plog(backend, "reidx").segments)
+    assert nsegs >= 3
+    first = segment_files(tmp_path, "reidx")[0]
+    first.with_suffix(".index").unlink()
+    before = first.with_suffix(".timeindex").read_bytes()
+    first.with_suffix(".timeindex").write_bytes(before[: len(before) // 2])  # behind
+    with structlog.testing.capture_logs() as logs:
+        async with embedded(tmp_path) as backend:
+            got = await read_all(backend, "reidx", 0, 0)
+            assert strip(got) == strip(expected)
+            for offset in (0, 55, 123, 299):
+                await backend.read("reidx", 0, offset, 1, 1 << 20)
+                assert plog(backend, "reidx").last_scan_bytes < 1024
+            assert await backend.offset_for_timestamp("reidx", 0, T0 + 77) == 77
+    assert first.with_suffix(".timeindex").read_bytes() == before
+    assert any(e["event"] == "embedded.recovery.index_rebuilt" for e in logs)
+
+
+async def test_acknowledged_data_survives_kill_9(tmp_path: Path) -> None:
+    """A real process killed with SIGKILL after acknowledging appends and a commit."""
+    script = textwrap.dedent(
+        f"""
+        import sys, trio
+        sys.path.insert(0, {str(REPO)!r})
+        from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
+        from gateway.core.groups import GroupCoordinator
+        from tests.backends.test_conformance import encoded, make_records
+
+        async def main():
+            b = EmbeddedBackend("e", EmbeddedConfig(fsync=50, segment_bytes=8192), sys.argv[1])
+            async with trio.open_nursery() as n:
+                await b.open(n)
+                await b.create_topic("k9", 1)
+                for i in range(30):
+                    await b.append("k9", 0, encoded(make_records(10, start=10 * i)))
+                await GroupCoordinator(lambda t: b, b).commit("g", "k9", 0, 123)
+                print("acked", flush=True)
+                await trio.sleep_forever()
+
+        trio.run(main)
+        """
+    )
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(data)], stdout=subprocess.PIPE, cwd=REPO
+    )
+    try:
+        assert proc.stdout is not None
+        lines = iter(proc.stdout.readline, b"")  # structlog's default output goes there too
+        assert any(line.strip() == b"acked" for line in lines)
+        # the lock names the live process
+        with pytest.raises(GatewayError) as exc:
+            async with embedded(data):
+                pass
+        assert str(data) in exc.value.message and f"pid {proc.pid}" in exc.value.message
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    async with embedded(data) as backend:
+        got = await read_all(backend, "k9", 0, 0)
+        assert strip(got) == strip(make_records(300))
+        committed = await GroupCoordinator(lambda t: backend, backend).fetch("g", "k9", 0)
+        assert committed.offset == 123
+
+
+# ----------------------------------------------------------------------------- fsync
+
+
+class BlockingFsync:
+    """An fsync that records calls and, when armed, blocks until released (it runs in a worker
+    thread, so the test can look at the event loop meanwhile)."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.calls = 0
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        if self.armed:
+            self.entered.set()
+            self.release.wait(10)
+        os.fsync(fd)
+        self.events.append("fsync returned")
+
+
+async def test_fsync_always_acknowledges_only_after_fsync_returned(tmp_path: Path) -> None:
+    fsync = BlockingFsync()
+    async with _always(tmp_path, fsync) as backend:
+        await backend.create_topic("dur", 1)
+        fsync.events.clear()
+        fsync.armed = True
+        done = trio.Event()
+
+        async def produce() -> None:
+            result = await backend.append("dur", 0, RecordBatch(make_records(3)))
+            fsync.events.append(f"acknowledged {result.last_offset}")
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce)
+            assert await trio.to_thread.run_sync(fsync.entered.wait, 5)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not done.is_set()  # the fsync has not returned: no acknowledgement yet
+            assert fsync.events == []
+            # not visible to readers either
+            assert (await backend.partition_info("dur", 0)).high_watermark == 0
+            assert await backend.read("dur", 0, 0, 10, 1000) == []
+            fsync.release.set()
+        assert fsync.events[-1] == "acknowledged 2"
+        assert "fsync returned" in fsync.events[:-1]
+        assert (await backend.partition_info("dur", 0)).high_watermark == 3
+
+
+def _always(path: Path, fsync: Any) -> Any:
+    return embedded(path, fsync, **{"fsync": "always"})
+
+
+async def test_fsync_always_groups_concurrent_appends(tmp_path: Path) -> None:
+    fsync = BlockingFsync()
+    async with _always(tmp_path, fsync) as backend:
+        await backend.create_topic("group", 4)
+        rounds_before = backend.syncer.rounds
+        fsync.armed = True
+        results: list[int] = []
+
+        async def produce(i: int) -> None:
+            r = await backend.append("group", i % 4, RecordBatch(make_records(1)))
+            results.append(r.base_offset)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce, 0)
+            assert await trio.to_thread.run_sync(fsync.entered.wait, 5)
+            for i in range(1, 12):  # written while the first round is in its fsync
+                nursery.start_soon(produce, i)
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == []
+            fsync.release.set()
+        assert len(results) == 12
+        assert backend.syncer.rounds - rounds_before == 2  # one round for the first, one for 11
+        # kv writes are durable before they return, too
+        fsync.events.clear()
+        await backend.kv_put("ns", "k", b"v")
+        assert fsync.events == ["fsync returned"]
+
+
+async def test_fsync_interval_runs_in_the_background(tmp_path: Path) -> None:
+    fsync = BlockingFsync()
+    async with embedded(tmp_path, fsync, fsync=20) as backend:
+        await backend.create_topic("timer", 1)
+        calls = fsync.calls
+        result = await backend.append("timer", 0, RecordBatch(make_records(1)))
+        assert result.base_offset == 0 and fsync.calls == calls  # acknowledged without fsync
+        with trio.fail_after(10):
+            while fsync.calls == calls:
+                await trio.sleep(0.005)
+        assert not backend.syncer.pending
+
+
+async def test_fsync_never_does_not_fsync_appends(tmp_path: Path) -> None:
+    fsync = BlockingFsync()
+    async with embedded(tmp_path, fsync, fsync="never") as backend:
+        await backend.create_topic("lazy", 1)
+        calls = fsync.calls
+        for i in range(20):
+            await backend.append("lazy", 0, RecordBatch(make_records(1, start=i)))
+        await backend.kv_put("ns", "k", b"v")
+        await backend.flush()
+        assert fsync.calls == calls
+
+
+# ----------------------------------------------------------------------------- lock, config
+
+
+async def test_the_data_directory_is_locked(tmp_path: Path) -> None:
+    async with embedded(tmp_path):
+        with pytest.raises(GatewayError) as exc:
+            async with embedded(tmp_path):
+                pass
+        assert exc.value.code is ErrorCode.BACKEND_UNAVAILABLE
+        assert str(tmp_path) in exc.value.message and f"pid {os.getpid()}" in exc.value.message
+    async with embedded(tmp_path):  # released on close
+        pass
+
+
+def test_config_keys_and_validation(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"backends": {"log": {"type": "embedded", "fsync": "sometimes"}}})
+    assert exc.value.problems == [
+        'backends.log.fsync: got \'sometimes\', expected "always", "never" or milliseconds >= 1'
+    ]
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"backends": {"log": {"type": "embedded", "fsync": 0, "segment_bytes": 1}}})
+    assert len(exc.value.problems) == 2
+    for value in ("always", "never", 5):
+        cfg = parse_config({"backends": {"log": {"type": "embedded", "fsync": value}}})
+        assert cfg.backends["log"].options.fsync == value
+    cfg = parse_config(
+        {"server": {"data_dir": str(tmp_path / "d")}, "backends": {"log": {"type": "embedded"}}}
+    )
+    backend = BACKEND.factory("log", cfg.backends["log"].options, cfg)
+    assert backend.data_dir == tmp_path / "d" / "log"
+    explicit = EmbeddedConfig(data_dir=str(tmp_path / "elsewhere"))
+    assert BACKEND.factory("log", explicit, cfg).data_dir == tmp_path / "elsewhere"
+
+
+# ----------------------------------------------------------------------------- retention
+
+
+async def test_retention_deletes_whole_old_segments_never_the_active_one(tmp_path: Path) -> None:
+    now = [T0]
+    backend = EmbeddedBackend(
+        "embedded",
+        EmbeddedConfig(segment_bytes=4096, index_interval_bytes=1024),
+        tmp_path,
+        clock=lambda: now[0],
+    )
+    async with opened(backend):
+        await backend.create_topic("r", 1, (("retention_bytes", "0"),))
+        await fill(backend, "r", 30)
+        log = plog(backend, "r")
+        active = log.segments[-1]
+        assert len(log.segments) > 3
+        await backend.enforce_retention()
+        assert log.segments == [active]
+        assert segment_files(tmp_path, "r") == [active.path]
+        info = await backend.partition_info("r", 0)
+        assert (info.log_start_offset, info.high_watermark) == (active.base, 300)
+
+        await backend.create_topic("age", 1, (("retention_ms", "1000"),))
+        await fill(backend, "age", 30)  # timestamps T0 .. T0 + 299 us
+        now[0] = T0 + 1_000_000  # nothing older than 1 s yet
+        await backend.enforce_retention()
+        assert (await backend.partition_info("age", 0)).log_start_offset == 0
+        now[0] = T0 + 2_000_000
+        await backend.enforce_retention()
+        age_log = plog(backend, "age")
+        assert len(age_log.segments) == 1
+        assert (await backend.partition_info("age", 0)).log_start_offset == age_log.segments[0].base
+    # the moved log start survives a restart
+    async with embedded(tmp_path) as backend:
+        assert (await backend.partition_info("r", 0)).log_start_offset == active.base
+        with pytest.raises(GatewayError) as exc:
+            await backend.read("r", 0, 0, 10, 1000)
+        assert exc.value.code is ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+async def test_retention_runs_periodically(tmp_path: Path) -> None:
+    async with embedded(tmp_path, segment_bytes=4096, retention_check_ms=10) as backend:
+        await backend.create_topic("periodic", 1, (("retention_bytes", "0"),))
+        await fill(backend, "periodic", 30)
+        with trio.fail_after(10):
+            while (await backend.partition_info("periodic", 0)).log_start_offset == 0:
+                await trio.sleep(0.005)
+
+
+# ----------------------------------------------------------------------------- metadata, kv
+
+
+async def test_metadata_and_kv_survive_restart_and_crash(tmp_path: Path) -> None:
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("m1", 3, (("subject", "x.y"), ("retention_ms", "5000")))
+        await backend.create_topic("m2", 1)
+        await backend.delete_partitions("m1", 1)
+        await GroupCoordinator(lambda t: backend, backend).commit("g", "m1", 0, 7)
+        for i in range(100):
+            await backend.kv_put("state", f"k{i % 10}", str(i).encode())
+        await backend.kv_delete("state", "k3")
+        crash(backend)
+    (tmp_path / "topics" / "ghost" / "0").mkdir(parents=True)  # a topic deleted mid-crash
+    async with embedded(tmp_path) as backend:
+        topics = {t.name: t for t in await backend.list_topics()}
+        assert sorted(topics) == ["m1", "m2"]
+        assert topics["m1"].partitions == 2 and topics["m1"].get("subject") == "x.y"
+        assert not (tmp_path / "topics" / "ghost").exists()
+        assert not (tmp_path / "topics" / "m1" / "2").exists()
+        assert (await GroupCoordinator(lambda t: backend, backend).fetch("g", "m1", 0)).offset == 7
+        assert await backend.kv_get("state", "k9") == b"99"
+        assert await backend.kv_get("state", "k3") is None
+        backend.kv.compact()
+        assert await backend.kv_get("state", "k9") == b"99"
+        await backend.kv_put("state", "after", b"compaction")
+    kv = tmp_path / "kv.log"
+    with open(kv, "ab") as fh:
+        fh.write(b"\x01\x02\x03")  # a torn entry
+    with structlog.testing.capture_logs() as logs:
+        async with embedded(tmp_path) as backend:
+            assert await backend.kv_get("state", "after") == b"compaction"
+            assert [k for k, _ in await backend.kv_scan("state")] == sorted(
+                [f"k{i}" for i in range(10) if i != 3] + ["after"]
+            )
+    assert any(e["event"] == "embedded.recovery.truncated" and "kv" in e["file"] for e in logs)
