@@ -246,7 +246,7 @@ class IggySession:
             result = await self._handlers[type(req)](req)
             out = self.conn.send_response(code, result)
             outcome = "ok"
-        except IggyError as exc:
+        except (IggyError, c.ValidationError) as exc:
             out = self.error(api, exc.status, str(exc))
             outcome = str(exc.status)
         except GatewayError as exc:
