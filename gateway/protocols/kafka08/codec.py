@@ -154,27 +154,21 @@ COMMIT_PARTITION_V1 = layout(
     ("timestamp", INT64),
     ("metadata", STRING),
 )
+COMMIT_TOPIC_V0 = layout(
+    "CommitTopicV0", ("topic", STRING), ("partitions", Array(COMMIT_PARTITION_V0))
+)
+COMMIT_TOPIC_V1 = layout(
+    "CommitTopicV1", ("topic", STRING), ("partitions", Array(COMMIT_PARTITION_V1))
+)
 COMMIT_REQUEST_V0 = layout(
-    "OffsetCommitRequestV0",
-    ("group", STRING),
-    (
-        "topics",
-        Array(
-            layout("CommitTopicV0", ("topic", STRING), ("partitions", Array(COMMIT_PARTITION_V0)))
-        ),
-    ),
+    "OffsetCommitRequestV0", ("group", STRING), ("topics", Array(COMMIT_TOPIC_V0))
 )
 COMMIT_REQUEST_V1 = layout(
     "OffsetCommitRequestV1",
     ("group", STRING),
     ("generation", INT32),
     ("member_id", STRING),
-    (
-        "topics",
-        Array(
-            layout("CommitTopicV1", ("topic", STRING), ("partitions", Array(COMMIT_PARTITION_V1)))
-        ),
-    ),
+    ("topics", Array(COMMIT_TOPIC_V1)),
 )
 COMMIT_RESULT = layout("CommitPartitionResult", ("partition", INT32), ("error", INT16))
 COMMIT_TOPIC_RESULT = layout(

@@ -64,7 +64,7 @@ def snappy_compress(data: bytes, xerial: bool = True) -> bytes:
 def snappy_decompress(data: bytes) -> bytes:
     """xerial framing when the payload starts with its 8-byte magic, else one raw block."""
     try:
-        if len(data) > 16 and data[:8] == XERIAL_MAGIC:
+        if len(data) >= 16 and data[:8] == XERIAL_MAGIC:
             out = []
             pos, n = 16, len(data)
             while pos < n:
