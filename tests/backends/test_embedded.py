@@ -19,6 +19,8 @@ import pytest
 import structlog
 import trio
 import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.backends.embedded import BACKEND, EmbeddedBackend, EmbeddedConfig
 from gateway.backends.embedded.log import PartitionLog
@@ -511,3 +513,52 @@ async def test_metadata_and_kv_survive_restart_and_crash(tmp_path: Path) -> None
                 [f"k{i}" for i in range(10) if i != 3] + ["after"]
             )
     assert any(e["event"] == "embedded.recovery.truncated" and "kv" in e["file"] for e in logs)
+
+
+# ----------------------------------------------------------------------------- property
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sizes=st.lists(st.integers(1, 60), min_size=1, max_size=25),
+    reads=st.lists(
+        st.tuples(st.floats(0, 1), st.integers(1, 200), st.integers(1, 20_000)), max_size=15
+    ),
+    interval=st.sampled_from([1, 300, 4096]),
+)
+def test_reads_match_what_was_appended(
+    tmp_path_factory: pytest.TempPathFactory,
+    sizes: list[int],
+    reads: list[tuple[float, int, int]],
+    interval: int,
+) -> None:
+    """Any batch sizes, any read windows, with or without a restart: exactly the records
+    appended come back, windows start at the offset asked for, limits are honoured."""
+    path = tmp_path_factory.mktemp("prop")
+
+    def no_fsync(fd: int) -> None:  # durability is not what this test is about
+        pass
+
+    async def run() -> None:
+        expected: list[Record] = []
+        async with embedded(path, no_fsync, segment_bytes=2048, index_interval_bytes=interval) as b:
+            await b.create_topic("p", 1)
+            for i, n in enumerate(sizes):
+                recs = make_records(n, start=len(expected), size=1 + (i * 37) % 150)
+                await b.append("p", 0, encoded(recs) if i % 2 else RecordBatch(recs))
+                expected.extend(recs)
+        async with embedded(path, no_fsync, segment_bytes=2048, index_interval_bytes=interval) as b:
+            for where, max_records, max_bytes in reads:
+                offset = int(where * len(expected))
+                batches = await b.read("p", 0, offset, max_records, max_bytes)
+                got = [r for batch in batches for r in batch.records]
+                if offset < len(expected):
+                    assert batches[0].first_offset == offset
+                    assert 1 <= len(got) <= max_records
+                assert [r.offset for r in got] == list(range(offset, offset + len(got)))
+                assert strip(got) == strip(expected[offset : offset + len(got)])
+            assert strip(await read_all(b, "p", 0, 0)) == strip(expected)
+
+    trio.run(run)
