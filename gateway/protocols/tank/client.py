@@ -53,6 +53,7 @@ class TankClient:
         self.client_id = client_id
         self._next_id = 0
         self.pings = 0
+        self.unclaimed: dict[int, Any] = {}
 
     @classmethod
     async def connect(cls, host: str, port: int, client_id: bytes = b"gateway") -> TankClient:
@@ -74,6 +75,13 @@ class TankClient:
     async def request(self, req: Any) -> Any:
         """Send ``req`` and return the response carrying its request id."""
         await self.stream.send_all(self.conn.send(req))
+        return await self.response(req.request_id)
+
+    async def response(self, request_id: int) -> Any:
+        """The response to ``request_id``; responses to other requests that arrive first (a
+        parked consume answered late) are kept for their own ``response()`` call."""
+        if request_id in self.unclaimed:
+            return self.unclaimed.pop(request_id)
         while True:
             event = self.conn.next_event()
             if event is NEED_DATA:
@@ -85,8 +93,9 @@ class TankClient:
             if isinstance(event, Ping):
                 self.pings += 1
                 continue
-            if getattr(event, "request_id", None) == req.request_id:
+            if event.request_id == request_id:
                 return event
+            self.unclaimed[event.request_id] = event
 
     # ------------------------------------------------------------------ requests
     async def create_topic(self, topic: str, partitions: int, config: bytes = b"") -> int:

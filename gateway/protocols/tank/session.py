@@ -522,6 +522,45 @@ def fill_chunk(res: ConsumePartitionResult, result: FetchResult, fetch_size: int
     _records_out.inc(records)
 
 
+_PRODUCE_OUTCOME = {
+    P_UNKNOWN_PARTITION: "unknown_partition",
+    P_IO_FAULT: "io_fault",
+    P_INVALID_SEQNUMS: "invalid_sequence_numbers",
+    P_READ_ONLY: "read_only",
+}
+_CONSUME_OUTCOME = {
+    C_BOUNDARY: "boundary_fault",
+    C_UNKNOWN_PARTITION: "unknown_partition",
+    C_SYSTEM_ERROR: "system_error",
+}
+
+
+def outcome(resp: Any) -> str:
+    """The metrics outcome of a response: ``ok`` or its first error (unknown topics and
+    partitions, boundary faults... are answered with an error byte and counted here)."""
+    if isinstance(resp, ProduceResponse):
+        for t in resp.topics:
+            if t.statuses is None:
+                return "unknown_topic"
+            for status in t.statuses:
+                if status:
+                    return _PRODUCE_OUTCOME.get(status, f"status_{status:#04x}")
+    elif isinstance(resp, ConsumeResponse):
+        for ct in resp.topics:
+            if ct.partitions is None:
+                return "unknown_topic"
+            for p in ct.partitions:
+                if p.err:
+                    return _CONSUME_OUTCOME.get(p.err, f"err_{p.err:#04x}")
+    elif isinstance(resp, DiscoverPartitionsResponse):
+        if not resp.partitions:
+            return "unknown_topic"
+    elif isinstance(resp, (CreateTopicResponse, ReloadConfResponse)):
+        if resp.err:
+            return f"err_{resp.err}"
+    return "ok"
+
+
 # ------------------------------------------------------------------ the connection
 
 
@@ -588,7 +627,7 @@ class _ConnectionIO:
             if isinstance(resp, ConsumeResponse)
             else encode_response(resp)
         )
-        REQUESTS.labels(protocol=PROTOCOL, api=api, outcome="ok").inc()
+        REQUESTS.labels(protocol=PROTOCOL, api=api, outcome=outcome(resp)).inc()
         _latency[api].observe(time.perf_counter() - started)
         return data
 

@@ -124,8 +124,14 @@ def orders_events(gateway):
     conn.close()
 
 
-def test_capture_error_cases(raw: Raw, orders_events) -> None:
-    """7.6: unknown topic (produce and consume), unknown partition 7."""
+def test_capture_error_cases(raw: Raw, gateway, orders_events) -> None:
+    """7.6: unknown topic (produce and consume), unknown partition 7; each counted."""
+
+    def counted(api: str, outcome: str) -> float:
+        labels = f'api="{api}",outcome="{outcome}",protocol="tank"'
+        return metric(gateway, f"gateway_requests_total{{{labels}}}")
+
+    before = [counted("produce", "unknown_topic"), counted("consume", "unknown_partition")]
     assert raw.ask(V.produce_frame(b"nosuch", 0, V.BUNDLE_ABC)) == V.PRODUCE_UNKNOWN_TOPIC
     got = raw.ask(V.consume_frame(b"nosuch", 0, 0))
     assert got.endswith(V.CONSUME_UNKNOWN_TOPIC_PART)
@@ -133,6 +139,8 @@ def test_capture_error_cases(raw: Raw, orders_events) -> None:
     got = raw.ask(V.consume_frame(b"orders", 7, 0))
     assert got.endswith(V.UNKNOWN_PARTITION_7_PART)
     assert raw.ask(V.produce_frame(b"orders", 7, V.BUNDLE_ABC)) == V.PRODUCE_OK[:-1] + b"\x01"
+    after = [counted("produce", "unknown_topic"), counted("consume", "unknown_partition")]
+    assert after == [before[0] + 1, before[1] + 1]
 
 
 def test_capture_produce_with_seqnum_and_boundary_fault(raw: Raw) -> None:
