@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import trio
@@ -165,6 +165,13 @@ def parse_topic_config(text: bytes) -> tuple[tuple[str, str], ...] | None:
     return tuple(out)
 
 
+@dataclass(slots=True)
+class ConsumePlan:
+    request: ConsumeRequest
+    response: ConsumeResponse
+    pending: list[tuple[str, ConsumePartitionRequest, ConsumePartitionResult, int]]
+
+
 class TankSession:
     """Answers TANK requests with the core. Protocol-agnostic of I/O: tests call ``handle``."""
 
@@ -268,6 +275,11 @@ class TankSession:
 
     # ------------------------------------------------------------------ consume
     async def consume(self, req: ConsumeRequest) -> ConsumeResponse:
+        return await self.finish_consume(await self.start_consume(req))
+
+    async def start_consume(self, req: ConsumeRequest) -> ConsumePlan:
+        """Resolve every partition's starting offset (the tail means the high watermark *now*,
+        before any later request on the connection runs); faults are filled in already."""
         topics: list[ConsumeTopicResult] = []
         pending: list[tuple[str, ConsumePartitionRequest, ConsumePartitionResult, int]] = []
         for t in req.topics:
@@ -291,9 +303,13 @@ class TankSession:
                     if offset is not None:
                         pending.append((t.name, cp, res, offset))
             topics.append(ConsumeTopicResult(t.name, parts, len(parts)))
-        if pending:
-            await self._fetch_all(req, pending)
-        return ConsumeResponse(req.request_id, topics)
+        return ConsumePlan(req, ConsumeResponse(req.request_id, topics), pending)
+
+    async def finish_consume(self, plan: ConsumePlan) -> ConsumeResponse:
+        """Read (and, at the tail, wait) for the partitions that had no fault."""
+        if plan.pending:
+            await self._fetch_all(plan.request, plan.pending)
+        return plan.response
 
     async def _resolve(
         self, topic: str, cp: ConsumePartitionRequest, res: ConsumePartitionResult
@@ -611,9 +627,14 @@ class _ConnectionIO:
         _bytes_out.inc(len(data))
 
     async def run(self, req: Any, api: str) -> bytes | None:
-        started = time.perf_counter()
+        """Handle one request; its encoded answer, or None when the connection must close."""
+        return await self._answer(api, time.perf_counter(), self.session.handle, req)
+
+    async def _answer(
+        self, api: str, started: float, handler: Any, arg: Any
+    ) -> Any:  # bytes, a ConsumePlan (start_consume), or None: close
         try:
-            resp = await self.session.handle(req)
+            resp = await handler(arg)
         except GatewayError as exc:
             # a failure no TANK answer covers (the backend is down during a discovery, say):
             # the real broker would drop the connection, so do we
@@ -622,6 +643,8 @@ class _ConnectionIO:
                 "tank_request_failed", api=api, error=exc.code.value, message=exc.message
             )
             return None
+        if isinstance(resp, ConsumePlan):
+            return resp
         data = (
             encode_consume_response(resp)
             if isinstance(resp, ConsumeResponse)
@@ -631,9 +654,9 @@ class _ConnectionIO:
         _latency[api].observe(time.perf_counter() - started)
         return data
 
-    async def consume_task(self, req: ConsumeRequest) -> None:
+    async def consume_task(self, plan: ConsumePlan, started: float) -> None:
         try:
-            data = await self.run(req, "consume")
+            data = await self._answer("consume", started, self.session.finish_consume, plan)
             if data is not None:
                 await self.send(data)
                 return
@@ -653,8 +676,12 @@ class _ConnectionIO:
             event = conn.next_event()
             while event is not NEED_DATA:
                 if isinstance(event, ConsumeRequest):
+                    started = time.perf_counter()
+                    plan = await self._answer("consume", started, self.session.start_consume, event)
+                    if plan is None:
+                        return
                     await self.slots.acquire()
-                    self.nursery.start_soon(self.consume_task, event)
+                    self.nursery.start_soon(self.consume_task, plan, started)
                 elif not isinstance(event, Ping):  # a client ping gets no reply
                     data = await self.run(event, _API_NAMES[type(event)])
                     if data is None:
