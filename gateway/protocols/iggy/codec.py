@@ -581,6 +581,9 @@ class SendMessages(Request):
     topic: Identifier
     partitioning: Partitioning
     messages: Sequence[Any]
+    # totals filled in by decode (-1: compute in validate)
+    payload_bytes: int = field(default=-1, compare=False, repr=False)
+    headers_bytes: int = field(default=-1, compare=False, repr=False)
     CODE = Code.SEND_MESSAGES
     LAYOUT = (("stream", IDENT), ("topic", IDENT), ("partitioning", PARTITIONING))
 
@@ -613,31 +616,33 @@ class SendMessages(Request):
         out: list[tuple[bytes, bytes, bytes]] = []
         append = out.append
         unpack_u32 = _U32.unpack_from
+        total = total_headers = 0
         try:
             while pos < end:
-                if pos + 20 > end:
+                hpos = pos + 16
+                if hpos + 4 > end:
                     raise RemoteProtocolError("truncated", "message header cut short")
-                raw_id = buf[pos : pos + 16]
-                (hlen,) = unpack_u32(buf, pos + 16)
-                pos += 20
-                if hlen:
-                    if pos + hlen > end:
-                        raise RemoteProtocolError("truncated", "message headers cut short")
-                    headers = buf[pos : pos + hlen]
-                    pos += hlen
-                else:
-                    headers = b""
-                if pos + 4 > end:
-                    raise RemoteProtocolError("truncated", "message length cut short")
-                (plen,) = unpack_u32(buf, pos)
-                pos += 4
-                if pos + plen > end:
+                (hlen,) = unpack_u32(buf, hpos)
+                ppos = hpos + 4 + hlen
+                if ppos + 4 > end:
+                    raise RemoteProtocolError("truncated", "message headers or length cut short")
+                (plen,) = unpack_u32(buf, ppos)
+                nxt = ppos + 4 + plen
+                if nxt > end:
                     raise RemoteProtocolError("truncated", "message payload cut short")
-                append((raw_id, headers, buf[pos : pos + plen]))
-                pos += plen
+                append(
+                    (
+                        buf[pos:hpos],
+                        buf[hpos + 4 : ppos] if hlen else b"",
+                        buf[ppos + 4 : nxt],
+                    )
+                )
+                total += plen
+                total_headers += hlen
+                pos = nxt
         finally:
             r.pos = pos
-        return cls(stream, topic, partitioning, out)
+        return cls(stream, topic, partitioning, out, total, total_headers)
 
     def validate(self, dialect: Dialect) -> None:
         p = self.partitioning
@@ -653,14 +658,16 @@ class SendMessages(Request):
             raise ValidationError(Status.INVALID_KEY_VALUE_LENGTH, "empty messages key")
         if not self.messages:
             raise ValidationError(Status.INVALID_MESSAGES_COUNT, "no messages")
-        total = headers = 0
-        for m in self.messages:
-            if isinstance(m, Message):
-                total += len(m.payload)
-                headers += len(m.headers)
-            else:
-                total += len(m[2])
-                headers += len(m[1])
+        total, headers = self.payload_bytes, self.headers_bytes
+        if total < 0 or headers < 0:
+            total = headers = 0
+            for m in self.messages:
+                if isinstance(m, Message):
+                    total += len(m.payload)
+                    headers += len(m.headers)
+                else:
+                    total += len(m[2])
+                    headers += len(m[1])
         if headers > MAX_HEADERS_SIZE:
             raise ValidationError(Status.TOO_BIG_HEADERS_PAYLOAD, f"{headers} bytes of headers")
         if total > MAX_PAYLOAD_SIZE:

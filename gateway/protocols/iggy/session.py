@@ -68,6 +68,7 @@ ID_HEADER = RESERVED_HEADER_PREFIX + "iggy.id"
 KINDS_HEADER = RESERVED_HEADER_PREFIX + "iggy.kinds"
 GROUP_SESSION_TIMEOUT_MS = 24 * 3600 * 1000  # Iggy members live as long as their connection
 _ZERO_ID = bytes(16)
+RECEIVE_BYTES = 256 * 1024
 _IID = struct.Struct("<QQ")
 
 ERROR_STATUS = {
@@ -142,13 +143,21 @@ def state_for(core: Any, listener: Any) -> IggyState:
 
 
 def headers_to_model(block: bytes, raw_id: bytes) -> tuple[tuple[str, bytes], ...]:
-    """An Iggy headers block and message id as model headers."""
+    """An Iggy headers block and message id (omitted when 0) as model headers."""
     entries = c.decode_headers(block)
     out = [(key, bytes(value)) for key, _, value in entries]
     if any(kind != c.HeaderKind.RAW for _, kind, _ in entries):
         out.append((KINDS_HEADER, bytes(kind for _, kind, _ in entries)))
-    out.append((ID_HEADER, raw_id))
+    if raw_id != _ZERO_ID:
+        out.append((ID_HEADER, bytes(raw_id)))
     return tuple(out)
+
+
+def derived_id(topic: str, partition: int, offset: int) -> int:
+    """The id of a message stored without one (sent with id 0, or by another protocol): unique
+    per topic, partition and offset, stable across polls, never 0."""
+    high = 0x80000000 | (zlib.crc32(topic.encode()) & 0x7FFFFFFF)
+    return (high << 96) | ((partition & 0xFFFFFFFF) << 64) | offset
 
 
 def headers_from_model(headers: tuple[tuple[str, bytes], ...]) -> tuple[int, bytes]:
@@ -472,25 +481,18 @@ class IggySession:
             partition, mode = pid - 1, Partitioning.EXPLICIT
         elif p.kind == c.PartitioningKind.MESSAGES_KEY:
             key, mode = p.value, Partitioning.KEY_HASH
-        msgs = req.messages
         ts = now_us()
         zero = _ZERO_ID
-        random_ids = b""
+        id_header = ID_HEADER
         records = []
         append = records.append
-        j = 0
-        for raw_id, headers, payload in msgs:
-            raw_id = bytes(raw_id)
-            if raw_id == zero:
-                if not random_ids:
-                    random_ids = os.urandom(16 * len(msgs))
-                raw_id = random_ids[j : j + 16]
-                j += 16
+        for raw_id, headers, payload in req.messages:
             if headers:
-                hdrs = headers_to_model(headers, raw_id)
+                append(Record(key, payload, headers_to_model(headers, raw_id), ts))
+            elif raw_id == zero:  # the id is derived from the message's place (see module doc)
+                append(Record(key, payload, (), ts))
             else:
-                hdrs = ((ID_HEADER, raw_id),)
-            append(Record(key, payload, hdrs, ts))
+                append(Record(key, payload, ((id_header, raw_id),), ts))
         batch = RecordBatch(records, max_timestamp_us=ts)
         try:
             await self.core.execute(Produce(t.canonical, batch, partition, mode))
@@ -594,14 +596,20 @@ class IggySession:
         return c.encode_polled(
             partition + 1,
             max(0, result.high_watermark - 1),
-            self._poll_rows(records),
+            self._poll_rows(topic, partition, records),
         )
 
     @staticmethod
-    def _poll_rows(records: list[Record]) -> Any:
+    def _poll_rows(topic: str, partition: int, records: list[Record]) -> Any:
         conv = headers_from_model
+        base = derived_id(topic, partition, 0)
         for r in records:
-            mid, block = conv(r.headers) if r.headers else (0, b"")
+            if r.headers:
+                mid, block = conv(r.headers)
+                if mid == 0:
+                    mid = base | r.offset
+            else:
+                mid, block = base | r.offset, b""
             ts = r.timestamp_us if r.timestamp_us >= 0 else 0
             yield r.offset, ts, mid, block, r.value or b""
 
@@ -776,7 +784,7 @@ async def handle_connection(stream: trio.abc.Stream, ctx: Any) -> None:
                         read_scope = trio.CancelScope()
                         reading = True
                         with read_scope:
-                            data = await stream.receive_some(1 << 16)
+                            data = await stream.receive_some(RECEIVE_BYTES)
                         reading = False
                     if idle_scope.cancelled_caught:
                         ctx.log.info("idle_timeout", protocol=PROTOCOL, seconds=idle)
