@@ -897,10 +897,17 @@ class CursusSession:
             binding = self.state.groups.setdefault(group, GroupBinding(topic, info.partitions))
         desc = await self._describe_group(group)
         taken = {m.member_id for m in desc.members}
-        while True:
-            member = f"{args['member']}-{random.randrange(10000):04d}"
-            if member not in taken:
-                break
+        if args["member"] in taken:
+            # A current member rejoining under the id it was given (cursus-client does so after
+            # GEN_MISMATCH). The broker would add a second suffix and leave the old id behind
+            # until its session times out, and that timeout's rebalance makes every member
+            # rejoin again, for ever; keeping the id makes a rejoin converge.
+            member = args["member"]
+        else:
+            while True:
+                member = f"{args['member']}-{random.randrange(10000):04d}"
+                if member not in taken:
+                    break
         joined = await self.core.execute(
             JoinGroup(
                 group,
