@@ -318,6 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", type=int, default=None)
     p.add_argument("--keyed", action="store_true", help="print key<TAB>value")
     p.set_defaults(func=cmd_consume)
+
+    from gateway.protocols.iggy.auth import add_cli as add_iggy_cli
+
+    add_iggy_cli(sub)  # gateway hash-password
     return parser
 
 

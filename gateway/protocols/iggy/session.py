@@ -742,59 +742,35 @@ class IggySession:
 
 async def handle_connection(stream: trio.abc.Stream, ctx: Any) -> None:
     """Serve one Iggy connection until the peer closes, a frame is undecodable (closed without
-    an error frame, like the reference server), it idles out, or the gateway drains."""
+    an error frame, like the reference server) or the gateway drains. Idle and read timeouts
+    are the server's (its stream wrapper)."""
     session = IggySession(ctx)
     conn = session.conn
-    idle = ctx.listener.idle_timeout_s
     bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
     bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
     try:
-        async with trio.open_nursery() as nursery:
-            read_scope = trio.CancelScope()
-            reading = False
-
-            async def watch_shutdown() -> None:
-                await ctx.shutdown.wait()
-                if reading:
-                    read_scope.cancel()
-
-            nursery.start_soon(watch_shutdown)
-            try:
-                while True:
-                    while True:
-                        try:
-                            req = conn.next_request()
-                        except c.RemoteProtocolError as exc:
-                            protocol_error(ctx.log, PROTOCOL, exc.kind, error=str(exc))
-                            return
-                        except c.ValidationError as exc:
-                            out = session.error("validate", exc.status, str(exc))
-                            await stream.send_all(out)
-                            bytes_out.inc(len(out))
-                            continue
-                        if req is None:
-                            break
-                        out = await session.handle(req)
-                        await stream.send_all(out)
-                        bytes_out.inc(len(out))
-                    if ctx.shutdown.is_set():
-                        return
-                    data = b""
-                    with trio.move_on_after(idle) as idle_scope:
-                        read_scope = trio.CancelScope()
-                        reading = True
-                        with read_scope:
-                            data = await stream.receive_some(RECEIVE_BYTES)
-                        reading = False
-                    if idle_scope.cancelled_caught:
-                        ctx.log.info("idle_timeout", protocol=PROTOCOL, seconds=idle)
-                        return
-                    if not data:
-                        return
-                    bytes_in.inc(len(data))
-                    conn.receive_data(data)
-            finally:
-                nursery.cancel_scope.cancel()
+        while True:
+            while True:
+                try:
+                    req = conn.next_request()
+                except c.RemoteProtocolError as exc:
+                    protocol_error(ctx.log, PROTOCOL, exc.kind, error=str(exc))
+                    return
+                except c.ValidationError as exc:
+                    out = session.error("validate", exc.status, str(exc))
+                else:
+                    if req is None:
+                        break
+                    out = await session.handle(req)
+                await stream.send_all(out)
+                bytes_out.inc(len(out))
+            if ctx.shutdown.is_set():
+                return
+            data = await stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                return
+            bytes_in.inc(len(data))
+            conn.receive_data(data)
     finally:
         with trio.CancelScope(shield=True):
             await session.close()
