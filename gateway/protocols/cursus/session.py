@@ -70,6 +70,7 @@ from gateway.protocols.cursus.codec import (
     FrameBuffer,
     RemoteProtocolError,
 )
+from gateway.streams import ConnectionTimeout
 
 PROTOCOL = "cursus"
 RECV_BYTES = 1 << 18
@@ -1130,7 +1131,7 @@ async def _drain(stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
     try:
         while await stream.receive_some(RECV_BYTES):
             pass
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
+    except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionTimeout):
         pass
     scope.cancel()
 
