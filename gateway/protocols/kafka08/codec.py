@@ -352,7 +352,8 @@ class FrameBuffer:
         end = 4 + self._need
         if len(buf) < end:
             return None
-        frame = bytes(buf[4:end])
+        with memoryview(buf) as view:
+            frame = bytes(view[4:end])  # one copy (a bytearray slice would copy twice)
         del buf[:end]
         self._need = -1
         return frame

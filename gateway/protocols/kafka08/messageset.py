@@ -1,16 +1,18 @@
 """The hand-tuned message-set path (kafka08.md section 5, magic 1 from section 7.4).
 
-Hot paths build no per-record Python objects:
+Hot paths build no per-record Python objects; they transcode between Kafka's magic-0 message sets
+and the canonical batch encoding (``gateway.canonical``) that the embedded log stores as it is and
+every other protocol can read:
 
 - **Produce**: :func:`parse_produce` walks the entries with precompiled ``struct`` readers over a
   ``memoryview``, checks every CRC-32 (zlib) and the key/value lengths, and when the set is plain
-  (magic 0, uncompressed, the common librdkafka case) keeps the bytes as they came in, as a
-  :data:`KAFKA08` encoded block (an 8-byte append-time header + the message set). Anything else
-  (magic 1, compressed wrappers) is unpacked into records, one offset per inner message.
-- **Fetch**: :func:`encode_fetch` serves a stored :data:`KAFKA08` block by copying the window's
-  bytes once and rewriting the 8-byte offset of each entry in place; batches of other formats are
-  encoded from their records. The set is cut at MaxBytes exactly like Kafka (the last entry may
-  be partial), or wrapped in one compressed message when the listener is configured to.
+  (magic 0, uncompressed: what librdkafka sends) writes the canonical block in the same pass
+  (record headers packed, keys and values as zero-copy slices, one join). Anything else (magic 1,
+  compressed wrappers) is unpacked into records, one offset per inner message.
+- **Fetch**: :func:`encode_fetch` turns a stored canonical window straight into magic-0 entries
+  with absolute offsets; batches of other formats are encoded from their records. The set is cut
+  at MaxBytes exactly like Kafka (the last entry may be partial), or wrapped in one compressed
+  message when the listener is configured to.
 
 Client role: :func:`encode_message_set` (magic 0 or 1, any codec) and :func:`decode_message_set`
 (trailing partial entry ignored, compressed wrappers unpacked, magic-1 relative inner offsets).
@@ -22,6 +24,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 
+from gateway.canonical import CANONICAL, FIELD, HEADER, RECORD
 from gateway.model import Record, RecordBatch
 from gateway.protocols.kafka08 import compression
 from gateway.protocols.kafka08.compression import CompressionError
@@ -29,13 +32,14 @@ from gateway.protocols.kafka08.compression import CompressionError
 Buffer = bytes | bytearray | memoryview
 
 ENTRY = struct.Struct(">qiIbb")  # offset, message size, crc, magic, attributes
+ENTRY_KEY = struct.Struct(">qiIbbi")  # ... and the key length of a magic-0 message
 OFFSET_SIZE = struct.Struct(">qi")
 ENTRY_HEAD = struct.Struct(">qiI")  # offset, message size, crc
 I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
 M0_HEAD = struct.Struct(">bbi")  # magic, attributes, key length
 M1_HEAD = struct.Struct(">bbqi")  # magic, attributes, timestamp, key length
-TS_HEADER = struct.Struct(">q")  # KAFKA08 block header: append time in microseconds
+M0_NULL_KEY_VLEN = struct.Struct(">bbii")  # magic, attributes, key length -1, value length
 LOG_OVERHEAD = 12
 MIN_MESSAGE = 14  # magic 0
 MIN_MESSAGE_V1 = 22
@@ -55,91 +59,54 @@ class InvalidMessageSet(ValueError):
         self.code = code
 
 
-# ----------------------------------------------------------------------------- the stored block
-
-
-class Kafka08BlockCodec:
-    """A stored plain magic-0 message set: ``TS_HEADER`` (append time, µs) + the entries as the
-    producer sent them (their offset fields are ignored and rewritten on fetch). Records decode
-    with the header's timestamp; ``encode`` keeps only the newest timestamp and drops headers
-    (magic 0 has neither)."""
-
-    name = "kafka08"
-
-    def encode(self, records: Sequence[Record]) -> bytes:
-        ts = max((r.timestamp_us for r in records), default=-1)
-        return TS_HEADER.pack(ts) + encode_records(records, 0)[0]
-
-    def decode(self, data: Buffer, base_offset: int) -> list[Record]:
-        (ts,) = TS_HEADER.unpack_from(data, 0)
-        out: list[Record] = []
-        i32 = I32.unpack_from
-        pos, n = TS_HEADER.size, len(data)
-        offset = base_offset
-        step = 1 if base_offset >= 0 else 0
-        buf = bytes(data)
-        while pos + LOG_OVERHEAD <= n:
-            (size,) = i32(buf, pos + 8)
-            end = pos + LOG_OVERHEAD + size
-            (klen,) = i32(buf, pos + 18)
-            p = pos + 22
-            if klen < 0:
-                key = None
-            else:
-                key = buf[p : p + klen]
-                p += klen
-            (vlen,) = i32(buf, p)
-            value = None if vlen < 0 else buf[p + 4 : p + 4 + vlen]
-            out.append(Record(key, value, (), ts, offset))
-            offset += step
-            pos = end
-        return out
-
-
-KAFKA08 = Kafka08BlockCodec()
-
-
 # ----------------------------------------------------------------------------- produce
 
 
 def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) -> RecordBatch:
-    """The records of one partition's produced MessageSet, CRCs checked. A trailing partial entry
-    is dropped (``Log.trimInvalidBytes``). Raises :class:`InvalidMessageSet` (code 2 for a bad
-    CRC, size, magic or compressed payload; 10 for an entry above ``max_message_bytes``);
-    nothing of the partition is then stored."""
+    """The records of one partition's produced MessageSet, CRCs checked, stamped ``now_us`` (magic
+    0 has no timestamp). A plain set comes back as a canonical block; a trailing partial entry is
+    dropped (``Log.trimInvalidBytes``). Raises :class:`InvalidMessageSet` (code 2 for a bad CRC,
+    size, magic or compressed payload; 10 for an entry above ``max_message_bytes``); nothing of
+    the partition is then stored."""
     view = memoryview(buf)
     n = len(view)
     pos = count = 0
     plain = True
-    unpack = ENTRY.unpack_from
+    unpack = ENTRY_KEY.unpack_from
     i32 = I32.unpack_from
     crc32 = zlib.crc32
-    while pos + LOG_OVERHEAD <= n:
-        if pos + 18 <= n:
-            _, size, crc, magic, attrs = unpack(view, pos)
-        else:
-            (size,) = i32(view, pos + 8)
-            magic = attrs = crc = 0
-        if size < MIN_MESSAGE:
-            raise InvalidMessageSet(f"message size {size} below the minimum {MIN_MESSAGE}")
+    rpack = RECORD.pack
+    limit = max_message_bytes
+    parts: list[Buffer] = [b""]
+    append = parts.append
+    # the hot loop: one unpack (offset, size, crc, magic, attributes, key length), one CRC, one
+    # unpack of the value length, one canonical record header; keys and values are slices
+    while pos + 26 <= n:
+        _, size, crc, magic, attrs, klen = unpack(view, pos)
         end = pos + LOG_OVERHEAD + size
-        if end > n:
-            break
-        if size > max_message_bytes:
+        if size < MIN_MESSAGE or size > limit or end > n:
+            if size < MIN_MESSAGE:
+                raise InvalidMessageSet(f"message size {size} below the minimum {MIN_MESSAGE}")
+            if end > n:
+                break  # a trailing partial entry: dropped, like Log.trimInvalidBytes
             raise InvalidMessageSet(
-                f"message of {size} bytes above message_max_bytes {max_message_bytes}",
-                MESSAGE_TOO_LARGE,
+                f"message of {size} bytes above message_max_bytes {limit}", MESSAGE_TOO_LARGE
             )
         if crc32(view[pos + 16 : end]) != crc:
             raise InvalidMessageSet(f"CRC mismatch in the message at byte {pos}")
         if magic == 0:
-            (klen,) = i32(view, pos + 18)
             p = pos + 22 + (klen if klen > 0 else 0)
             if klen < -1 or p + 4 > end:
                 raise InvalidMessageSet(f"bad key length {klen} in the message at byte {pos}")
             (vlen,) = i32(view, p)
-            if vlen < -1 or p + 4 + (vlen if vlen > 0 else 0) != end:
+            if p + 4 + (vlen if vlen > 0 else 0) != end or vlen < -1:
                 raise InvalidMessageSet(f"bad value length {vlen} in the message at byte {pos}")
+            if plain:
+                append(rpack(now_us, klen, vlen, 0))
+                if klen > 0:
+                    append(view[pos + 22 : pos + 22 + klen])
+                if vlen > 0:
+                    append(view[p + 4 : end])
         elif magic == 1:
             if size < MIN_MESSAGE_V1:
                 raise InvalidMessageSet(f"magic-1 message size {size} below {MIN_MESSAGE_V1}")
@@ -150,9 +117,14 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
             plain = False
         count += 1
         pos = end
+    if pos + LOG_OVERHEAD <= n and i32(view, pos + 8)[0] < MIN_MESSAGE:
+        raise InvalidMessageSet(f"message size {i32(view, pos + 8)[0]} below {MIN_MESSAGE}")
     if plain:
-        block = b"".join((TS_HEADER.pack(now_us), view[:pos]))
-        return RecordBatch(encoded=block, codec=KAFKA08, count=count, max_timestamp_us=now_us)
+        if not count:
+            return RecordBatch([])
+        parts[0] = HEADER.pack(1, count, now_us, now_us)
+        block = b"".join(parts)
+        return RecordBatch(encoded=block, codec=CANONICAL, count=count, max_timestamp_us=now_us)
     records: list[Record] = []
     _decode_entries(view[:pos], now_us, records, False, False, max_message_bytes)
     max_ts = max((r.timestamp_us for r in records), default=now_us)
@@ -324,31 +296,64 @@ def encode_message_set(
 # ----------------------------------------------------------------------------- fetch
 
 
-def _window(
-    block: Buffer, skip: int, count: int, first_offset: int, limit: int
-) -> tuple[bytearray, int]:
-    """(entries ``skip .. skip+count`` of a stored KAFKA08 block with offsets rewritten from
-    ``first_offset``, their count); stops after the entry that reaches ``limit`` bytes."""
-    i32 = I32.unpack_from
-    pos = TS_HEADER.size
-    for _ in range(skip):
-        pos += LOG_OVERHEAD + i32(block, pos + 8)[0]
-    start = pos
-    stop = start + limit
-    starts = []
-    append = starts.append
+def _skip_headers(buf: bytes, pos: int, count: int) -> int:
     for _ in range(count):
-        append(pos)
-        pos += LOG_OVERHEAD + i32(block, pos + 8)[0]
-        if pos >= stop:
-            break
-    out = bytearray(memoryview(block)[start:pos])
-    pack_into = I64.pack_into
+        nlen, hlen = FIELD.unpack_from(buf, pos)
+        pos += FIELD.size + nlen + hlen
+    return pos
+
+
+def _from_canonical(
+    block: Buffer, start: int, count: int, first_offset: int, limit: int
+) -> tuple[bytes, int]:
+    """(magic-0 entries for records ``start .. start+count`` of a canonical block, with offsets
+    from ``first_offset``, their count); stops after the entry that reaches ``limit`` bytes.
+    Headers are dropped: magic 0 has none."""
+    buf = block if isinstance(block, bytes) else bytes(block)
+    unpack = RECORD.unpack_from
+    rsize = RECORD.size
+    pos = HEADER.size
+    for _ in range(start):
+        _, klen, vlen, nh = unpack(buf, pos)
+        pos += rsize + (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0)
+        if nh:
+            pos = _skip_headers(buf, pos, nh)
+    parts: list[bytes] = []
+    append = parts.append
+    head = ENTRY_HEAD.pack
+    nkv = M0_NULL_KEY_VLEN.pack
+    m0 = M0_HEAD.pack
+    i32 = I32.pack
+    crc32 = zlib.crc32
+    size = 0
     offset = first_offset
-    for p in starts:
-        pack_into(out, p - start, offset)
+    for _ in range(count):
+        _, klen, vlen, nh = unpack(buf, pos)
+        p = pos + rsize
+        if klen < 0:
+            if vlen < 0:
+                body = M0_NULL_KEY + NULL
+            else:
+                body = nkv(0, 0, -1, vlen) + buf[p : p + vlen]
+                p += vlen
+        else:
+            body = m0(0, 0, klen) + buf[p : p + klen]
+            p += klen
+            if vlen < 0:
+                body += NULL
+            else:
+                body += i32(vlen) + buf[p : p + vlen]
+                p += vlen
+        if nh:
+            p = _skip_headers(buf, p, nh)
+        pos = p
+        append(head(offset, len(body) + 4, crc32(body)))
+        append(body)
         offset += 1
-    return out, len(starts)
+        size += len(body) + 16
+        if size >= limit:
+            break
+    return b"".join(parts), offset - first_offset
 
 
 def encode_fetch(
@@ -360,17 +365,17 @@ def encode_fetch(
     complete records in it)."""
     if max_bytes <= 0:
         return b"", 0
-    parts: list[Buffer] = []
+    parts: list[bytes] = []
     size = count = 0
     for b in batches:
         if size >= max_bytes or not b.count:
             break
-        window = b.encoded_window(KAFKA08)
+        window = b.encoded_window(CANONICAL)
         if window is not None:
             block, start, stop = window
-            chunk, n = _window(block, start, stop - start, b.first_offset, max_bytes - size)
+            chunk, n = _from_canonical(block, start, stop - start, b.first_offset, max_bytes - size)
         else:
-            chunk, n = encode_records(b.records, b.first_offset, max_bytes - size)  # type: ignore[assignment]
+            chunk, n = encode_records(b.records, b.first_offset, max_bytes - size)
         parts.append(chunk)
         size += len(chunk)
         count += n

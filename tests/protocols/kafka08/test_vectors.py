@@ -7,11 +7,11 @@ import zlib
 
 import pytest
 
+from gateway.canonical import CANONICAL
 from gateway.model import Record
 from gateway.protocols.kafka08 import codec as c
 from gateway.protocols.kafka08.compression import XERIAL_MAGIC, snappy_compress, snappy_decompress
 from gateway.protocols.kafka08.messageset import (
-    KAFKA08,
     InvalidMessageSet,
     decode_message_set,
     encode_message,
@@ -80,7 +80,7 @@ def test_produce_request_server_role() -> None:
     assert bytes(part.message_set) == ENTRY_HELLO
     batch = parse_produce(part.message_set, now_us=1_000_000)
     assert batch.count == 1
-    assert batch.encoded_window(KAFKA08) is not None  # plain magic 0: kept as it came
+    assert batch.encoded_window(CANONICAL) is not None  # plain magic 0: canonical in one pass
     [rec] = batch.records
     assert (rec.key, rec.value, rec.timestamp_us) == (None, b"hello", 1_000_000)
 

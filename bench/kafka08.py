@@ -1,0 +1,224 @@
+"""Kafka 0.8 listener throughput: librdkafka (kcat, Debian, in 0.8.2 mode; installed by
+.ci/deps/kafka08.sh) against a gateway subprocess, and the same workload against the backend
+in-process (the baseline), measured in the same run.
+
+Workload: N records (default 200,000) of a 100-byte value and no key into one partition of a new
+topic; produce with acks=1 (Produce v0, magic-0 message sets of up to ~1 MB), then consume the
+partition from the beginning (Fetch v0, 1 MiB per fetch). Records/s = N / wall time of the kcat
+process (producer: kcat -P -l FILE with acks=1, linger 5 ms, 10,000-message batches; consumer:
+kcat -C -o beginning -c N -e). Records per gateway CPU-second = N / CPU time the gateway process
+used in the phase. Baseline: Core.execute(Produce) of 10,000-record batches, then
+Core.execute(Fetch) of 1 MiB until N records were returned, records materialised.
+
+Usage: python bench/kafka08.py [--records N] [--backend embedded|memory|both]
+Writes bench/results/kafka08.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gateway.config import parse_config  # noqa: E402
+from gateway.model import CreateTopic, Fetch, Produce, Record, RecordBatch, now_us  # noqa: E402
+from gateway.server import build_backends, build_core  # noqa: E402
+
+VALUE_BYTES = 100
+BASELINE_BATCH = 10_000
+TARGETS = {"produce": 150_000, "fetch": 300_000}
+
+KCAT_08 = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.8.2.2"]
+
+
+def kcat() -> str:
+    exe = shutil.which("kcat")
+    if exe is None:
+        sys.exit("kcat missing: run .ci/deps/kafka08.sh first")
+    return exe
+
+
+def config_for(backend: str, tmp: Path) -> dict:
+    return {
+        "server": {"data_dir": str(tmp / "data"), "log_format": "json", "log_level": "warning"},
+        "admin": {"enabled": False},
+        "listeners": {"kafka08": {"host": "127.0.0.1", "port": 0}},
+        "backends": {"default": {"type": backend}},
+    }
+
+
+def toml(data: dict) -> str:
+    lines = []
+    for section, body in data.items():
+        for name, table in body.items() if section in ("listeners", "backends") else [(None, body)]:
+            lines.append(f"[{section}.{name}]" if name else f"[{section}]")
+            for k, v in table.items():
+                lines.append(f"{k} = {json.dumps(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_listener(backend: str, n: int) -> tuple[dict, dict]:
+    """(records/s of wall time, records per gateway CPU second) per phase."""
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        (tmp / "gw.toml").write_text(toml(config_for(backend, tmp)))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "gw.toml")],
+            stdout=subprocess.PIPE,
+            stderr=open(tmp / "gw.log", "wb"),  # noqa: SIM115
+            cwd=ROOT,
+        )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().decode()
+            if not line.startswith("listening"):
+                sys.exit(f"gateway did not start: {line!r}\n{(tmp / 'gw.log').read_text()}")
+            port = line.split("kafka08=")[1].split()[0].rsplit(":", 1)[1]
+            bootstrap = f"127.0.0.1:{port}"
+            records = tmp / "records.txt"
+            records.write_bytes((b"v" * VALUE_BYTES + b"\n") * n)
+            commands = {
+                "produce": [kcat(), "-b", bootstrap, "-P", "-t", "bench", "-p", "0", *KCAT_08,
+                            "-X", "request.required.acks=1", "-X", "linger.ms=5",
+                            "-X", "batch.num.messages=10000",
+                            "-X", "queue.buffering.max.messages=2000000", "-l", str(records)],
+                "fetch": [kcat(), "-b", bootstrap, "-C", "-t", "bench", "-p", "0", *KCAT_08,
+                          "-o", "beginning", "-c", str(n), "-e", "-q", "-f", "%o\n",
+                          "-X", "fetch.message.max.bytes=1048576"],
+            }  # fmt: skip
+            out, per_cpu = {}, {}
+            for phase in ("produce", "fetch"):
+                cpu0 = cpu_seconds(proc.pid)
+                t0 = time.perf_counter()
+                res = subprocess.run(commands[phase], capture_output=True, timeout=300)
+                seconds = time.perf_counter() - t0
+                if res.returncode != 0:
+                    sys.exit(f"kcat failed ({phase}): {res.stderr[-3000:]!r}")
+                if phase == "fetch":
+                    offsets = res.stdout.split()
+                    if len(offsets) != n or int(offsets[-1]) != n - 1:
+                        sys.exit(f"fetch: got {len(offsets)} of {n} records")
+                out[phase] = n / seconds
+                per_cpu[phase] = n / max(1e-9, cpu_seconds(proc.pid) - cpu0)
+            return out, per_cpu
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+async def _baseline(backend: str, n: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        config = parse_config(config_for(backend, Path(d)))
+        backends = build_backends(config)
+        async with trio.open_nursery() as nursery:
+            for b in backends.values():
+                await b.open(nursery)
+            core = build_core(config, backends)
+            await core.execute(CreateTopic("bench", 1))
+            value = b"v" * VALUE_BYTES
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            for start in range(0, n, BASELINE_BATCH):
+                ts = now_us()
+                batch = RecordBatch(
+                    [Record(None, value, (), ts) for _ in range(min(BASELINE_BATCH, n - start))]
+                )
+                await core.execute(Produce("bench", batch, 0))
+            produce = n / (time.perf_counter() - t0)
+            produce_cpu = n / (time.process_time() - c0)
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            offset = got = 0
+            while got < n:
+                res = await core.execute(Fetch("bench", 0, offset, max_bytes=1 << 20))
+                for b in res.batches:
+                    got += len(b.records)
+                    offset = b.last_offset + 1
+            fetch = n / (time.perf_counter() - t0)
+            fetch_cpu = n / (time.process_time() - c0)
+            for b in backends.values():
+                await b.close()
+            nursery.cancel_scope.cancel()
+    return {"produce": produce, "fetch": fetch}, {"produce": produce_cpu, "fetch": fetch_cpu}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--backend", choices=["embedded", "memory", "both"], default="both")
+    args = parser.parse_args()
+    n = args.records
+    backends = ["embedded", "memory"] if args.backend == "both" else [args.backend]
+    print(__doc__.split("\n\n")[1].replace("\n", " "))
+    load = os.getloadavg()
+    print(
+        f"N={n} records, value {VALUE_BYTES} bytes, no key, 1 partition; {os.cpu_count()} CPUs, "
+        f"load average {load[0]:.1f} (records/s suffer when other work shares the CPUs; "
+        f"records per gateway CPU-second do much less)"
+    )
+    results: dict = {
+        "workload": {
+            "records": n,
+            "value_bytes": VALUE_BYTES,
+            "key": None,
+            "partitions": 1,
+            "client": "kcat (librdkafka), 0.8.2 mode, acks=1, linger 5 ms, 10000-message batches",
+            "baseline": f"in-process Core, {BASELINE_BATCH}-record batches, 1 MiB fetches",
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_1m_at_start": round(load[0], 2),
+        },
+        "targets_records_per_s": TARGETS,
+        "runs": {},
+    }
+    for backend in backends:
+        listener, listener_cpu = run_listener(backend, n)
+        baseline, baseline_cpu = trio.run(_baseline, backend, n)
+        run = {}
+        for phase in ("produce", "fetch"):
+            run[phase] = {
+                "listener_records_per_s": round(listener[phase]),
+                "baseline_records_per_s": round(baseline[phase]),
+                "ratio": round(listener[phase] / baseline[phase], 3),
+                "meets_target": listener[phase] >= TARGETS[phase],
+                "listener_records_per_cpu_s": round(listener_cpu[phase]),
+                "baseline_records_per_cpu_s": round(baseline_cpu[phase]),
+                "cpu_ratio": round(listener_cpu[phase] / baseline_cpu[phase], 3),
+            }
+            r = run[phase]
+            print(
+                f"{backend:9} {phase:8} listener {listener[phase]:>9,.0f} rec/s   "
+                f"baseline {baseline[phase]:>9,.0f} rec/s   ratio {r['ratio']:.2f}   "
+                f"target {TARGETS[phase]:,} {'met' if r['meets_target'] else 'MISSED'}   "
+                f"| per CPU-s: gateway {listener_cpu[phase]:>9,.0f}  "
+                f"baseline {baseline_cpu[phase]:>9,.0f}  ratio {r['cpu_ratio']:.2f}"
+            )
+        results["runs"][backend] = run
+    out = ROOT / "bench" / "results" / "kafka08.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
