@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "kafka08": "gateway.protocols.kafka08",
     "tank": "gateway.protocols.tank",
     "iggy": "gateway.protocols.iggy",
+    "liftbridge": "gateway.protocols.liftbridge",
 }
 
 

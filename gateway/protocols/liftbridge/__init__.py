@@ -1,0 +1,34 @@
+"""Liftbridge: its gRPC API (package ``proto``, service ``API``) over HTTP/2 on our own trio
+listener (``h2`` sans-IO; see liftbridge.md section 9), protobuf messages from our own
+``liftbridge_api.proto``.
+
+Parts: ``codec.py`` (sans-IO gRPC framing over h2, both roles), ``envelope.py`` (the NATS
+envelope), ``service.py`` (the RPCs on the command model), ``session.py`` (the connection),
+``state.py`` (pause/readonly flags shared by connections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
+from gateway.protocols.liftbridge.session import handle_connection
+
+
+@dataclass(frozen=True, slots=True)
+class LiftbridgeListenerConfig(ListenerConfig):
+    port: int = 9292
+    max_frame_bytes: int = 16 * MiB
+    """The largest gRPC message accepted (grpc's max_receive_message_length)."""
+    broker_id: str = ""
+    """The broker id in FetchMetadata ("" = advertised host:port)."""
+    nats: str = ""
+    """A NATS server (nats://host:port) whose stream subjects are ingested ("" = off)."""
+
+
+PROTOCOL = ProtocolSpec(
+    name="liftbridge",
+    config_class=LiftbridgeListenerConfig,
+    handle_connection=handle_connection,
+    description="Liftbridge gRPC API (HTTP/2, protobuf)",
+)

@@ -1,0 +1,721 @@
+"""Sans-IO gRPC over HTTP/2 for the Liftbridge API, in both roles.
+
+Bytes in, events out; calls in, bytes out. No sockets, no trio. HTTP/2 itself is the sans-IO
+``h2`` library; this module adds what gRPC puts on top of it (liftbridge.md section 9):
+
+- the call: ``POST /proto.API/<Method>`` with ``content-type: application/grpc``, an optional
+  ``grpc-timeout``; the response ``:status 200`` headers, messages, then trailers ``grpc-status``
+  and ``grpc-message`` (percent-encoded), or one trailers-only HEADERS frame;
+- message framing: 1 byte compressed flag, 4 bytes big-endian length, the protobuf bytes, cut out
+  of DATA frames however the peer split them, and decoded with the method's protobuf class;
+- flow control: outgoing messages wait in a per-stream queue until the peer's window allows them
+  (``pending_bytes`` lets the I/O layer stop producing); received data is acknowledged as it is
+  consumed.
+
+Blame is kept apart as in h11: a peer's bad HTTP/2 raises :class:`RemoteProtocolError` (the
+connection is finished; a GOAWAY is waiting in ``data_to_send``); a bad call or message arrives as a
+:class:`CallError` event for that stream only; sending something impossible raises
+:class:`LocalProtocolError`.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
+
+SERVICE = "proto.API"
+GRPC_PREFIX = struct.Struct(">BI")
+# GOAWAY, stream 0, last stream 0, PROTOCOL_ERROR (RFC 7540 6.8)
+_GOAWAY_PROTOCOL_ERROR = bytes.fromhex("000008 07 00 00000000 00000000 00000001")
+DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
+LOCAL_WINDOW = 4 << 20  # our receive window per stream and for the connection
+
+
+class Status(enum.IntEnum):
+    """gRPC status codes."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+class MethodSpec(NamedTuple):
+    name: str
+    request: type[Any]
+    response: type[Any]
+    client_streaming: bool = False
+    server_streaming: bool = False
+
+    @property
+    def path(self) -> str:
+        return f"/{SERVICE}/{self.name}"
+
+
+def _methods() -> dict[str, MethodSpec]:
+    specs = [
+        MethodSpec("CreateStream", pb.CreateStreamRequest, pb.CreateStreamResponse),
+        MethodSpec("DeleteStream", pb.DeleteStreamRequest, pb.DeleteStreamResponse),
+        MethodSpec("PauseStream", pb.PauseStreamRequest, pb.PauseStreamResponse),
+        MethodSpec("SetStreamReadonly", pb.SetStreamReadonlyRequest, pb.SetStreamReadonlyResponse),
+        MethodSpec("Subscribe", pb.SubscribeRequest, pb.Message, server_streaming=True),
+        MethodSpec("FetchMetadata", pb.FetchMetadataRequest, pb.FetchMetadataResponse),
+        MethodSpec(
+            "FetchPartitionMetadata",
+            pb.FetchPartitionMetadataRequest,
+            pb.FetchPartitionMetadataResponse,
+        ),
+        MethodSpec("Publish", pb.PublishRequest, pb.PublishResponse),
+        MethodSpec(
+            "PublishAsync",
+            pb.PublishRequest,
+            pb.PublishResponse,
+            client_streaming=True,
+            server_streaming=True,
+        ),
+        MethodSpec("PublishToSubject", pb.PublishToSubjectRequest, pb.PublishToSubjectResponse),
+        MethodSpec("SetCursor", pb.SetCursorRequest, pb.SetCursorResponse),
+        MethodSpec("FetchCursor", pb.FetchCursorRequest, pb.FetchCursorResponse),
+        MethodSpec("JoinConsumerGroup", pb.JoinConsumerGroupRequest, pb.JoinConsumerGroupResponse),
+        MethodSpec(
+            "LeaveConsumerGroup", pb.LeaveConsumerGroupRequest, pb.LeaveConsumerGroupResponse
+        ),
+        MethodSpec(
+            "FetchConsumerGroupAssignments",
+            pb.FetchConsumerGroupAssignmentsRequest,
+            pb.FetchConsumerGroupAssignmentsResponse,
+        ),
+        MethodSpec(
+            "ReportConsumerGroupCoordinator",
+            pb.ReportConsumerGroupCoordinatorRequest,
+            pb.ReportConsumerGroupCoordinatorResponse,
+        ),
+    ]
+    return {s.path: s for s in specs}
+
+
+METHODS: dict[str, MethodSpec] = _methods()
+METHODS_BY_NAME: dict[str, MethodSpec] = {s.name: s for s in METHODS.values()}
+
+
+class RemoteProtocolError(Exception):
+    """The peer broke HTTP/2 (or sent something that is not gRPC at the connection level).
+    The connection is over; ``data_to_send()`` holds the GOAWAY to send before closing."""
+
+    def __init__(self, message: str, kind: str = "http2") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class LocalProtocolError(Exception):
+    """We tried to send something invalid (a bug in the caller)."""
+
+
+# ------------------------------------------------------------------------------------- events
+
+
+@dataclass(slots=True)
+class CallStarted:
+    """Server role: a new call. ``timeout_s`` is the peer's grpc-timeout (None: no deadline)."""
+
+    stream_id: int
+    method: MethodSpec
+    timeout_s: float | None
+    metadata: tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(slots=True)
+class ResponseStarted:
+    """Client role: the server's response headers."""
+
+    stream_id: int
+    headers: tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(slots=True)
+class MessageReceived:
+    """One decoded message (a request in the server role, a response in the client role)."""
+
+    stream_id: int
+    message: Any
+
+
+@dataclass(slots=True)
+class HalfClosed:
+    """Server role: the client ended its side of the call (no more request messages)."""
+
+    stream_id: int
+
+
+@dataclass(slots=True)
+class CallEnded:
+    """Client role: the server's trailers (status and message)."""
+
+    stream_id: int
+    status: int
+    message: str
+
+
+@dataclass(slots=True)
+class CallReset:
+    """The peer reset the stream (a cancelled call)."""
+
+    stream_id: int
+    error_code: int
+
+
+@dataclass(slots=True)
+class CallError:
+    """A bad call or message on one stream (unknown method, bad framing, malformed protobuf,
+    message too large). Server role: answer it with ``send_trailers(status, message)``.
+    ``kind`` names it for the error counter."""
+
+    stream_id: int
+    status: Status
+    message: str
+    kind: str
+
+
+@dataclass(slots=True)
+class ConnectionClosed:
+    """The peer sent GOAWAY."""
+
+    error_code: int
+    last_stream_id: int
+
+
+Event = (
+    CallStarted
+    | ResponseStarted
+    | MessageReceived
+    | HalfClosed
+    | CallEnded
+    | CallReset
+    | CallError
+    | ConnectionClosed
+)
+
+# ------------------------------------------------------------------------------------- helpers
+
+_TIMEOUT_UNITS = {
+    ord("H"): 3600.0,
+    ord("M"): 60.0,
+    ord("S"): 1.0,
+    ord("m"): 1e-3,
+    ord("u"): 1e-6,
+    ord("n"): 1e-9,
+}
+
+
+def parse_timeout(value: bytes) -> float:
+    """``grpc-timeout`` (1-8 ASCII digits and a unit) in seconds. Raises ValueError."""
+    if not 2 <= len(value) <= 9 or not value[:-1].isdigit():
+        raise ValueError(f"bad grpc-timeout {value!r}")
+    unit = _TIMEOUT_UNITS.get(value[-1])
+    if unit is None:
+        raise ValueError(f"bad grpc-timeout unit in {value!r}")
+    return int(value[:-1]) * unit
+
+
+def encode_timeout(seconds: float) -> bytes:
+    """A grpc-timeout value for ``seconds`` (millisecond or coarser resolution)."""
+    ms = max(1, int(seconds * 1000))
+    if ms < 100_000_000:
+        return b"%dm" % ms
+    return b"%dS" % min(99_999_999, ms // 1000)
+
+
+_UNRESERVED = frozenset(range(0x20, 0x7F)) - {ord("%")}
+
+
+def encode_grpc_message(text: str) -> bytes:
+    """Percent-encode a status message as gRPC requires (UTF-8, then %XX outside 0x20-0x7E)."""
+    raw = text.encode("utf-8")
+    if all(b in _UNRESERVED for b in raw):
+        return raw
+    return b"".join(bytes((b,)) if b in _UNRESERVED else b"%%%02X" % b for b in raw)
+
+
+def decode_grpc_message(raw: bytes) -> str:
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        if raw[i] == 0x25 and i + 2 < len(raw) and _is_hex(raw[i + 1 : i + 3]):
+            out.append(int(raw[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return out.decode("utf-8", "replace")
+
+
+def _is_hex(b: bytes) -> bool:
+    return len(b) == 2 and all(c in b"0123456789abcdefABCDEF" for c in b)
+
+
+def frame_message(payload: bytes) -> bytes:
+    """One gRPC length-prefixed message (uncompressed)."""
+    return GRPC_PREFIX.pack(0, len(payload)) + payload
+
+
+# ------------------------------------------------------------------------------------- the codec
+
+
+class _Stream:
+    __slots__ = (
+        "stream_id",
+        "method",
+        "buf",
+        "out",
+        "out_len",
+        "end_after",
+        "headers_sent",
+        "failed",
+        "closed",
+    )
+
+    def __init__(self, stream_id: int, method: MethodSpec | None) -> None:
+        self.stream_id = stream_id
+        self.method = method
+        self.buf = bytearray()
+        self.out: deque[bytes | memoryview] = deque()
+        self.out_len = 0
+        # what ends our side once ``out`` is flushed: trailers (server) or END_STREAM (client)
+        self.end_after: list[tuple[bytes, bytes]] | bool | None = None
+        self.headers_sent = False
+        self.failed = False  # a CallError was reported: ignore further data
+        self.closed = False
+
+
+class GrpcConnection:
+    """One HTTP/2 connection carrying gRPC calls. ``client=False`` serves, ``True`` calls."""
+
+    def __init__(
+        self,
+        *,
+        client: bool = False,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        methods: dict[str, MethodSpec] | None = None,
+    ) -> None:
+        self.client = client
+        self.max_message_bytes = max_message_bytes
+        self.methods = METHODS if methods is None else methods
+        config = h2.config.H2Configuration(
+            client_side=client, header_encoding=None, validate_inbound_headers=True
+        )
+        self._h2 = h2.connection.H2Connection(config=config)
+        self._streams: dict[int, _Stream] = {}
+        self._closed = False
+        self._out_extra = b""
+
+    # ------------------------------------------------------------------ connection
+    def initiate(self) -> None:
+        """Queue our preface/SETTINGS (call once, first)."""
+        h2c = self._h2
+        h2c.local_settings = h2.settings.Settings(
+            client=self.client,
+            initial_values={
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: LOCAL_WINDOW,
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
+            },
+        )
+        h2c.initiate_connection()
+        h2c.increment_flow_control_window(LOCAL_WINDOW - 65535)
+
+    def data_to_send(self) -> bytes:
+        if self._out_extra:
+            data, self._out_extra = self._out_extra, b""
+            return data + self._h2.data_to_send()
+        return self._h2.data_to_send()
+
+    def goaway(self, error_code: int = 0) -> None:
+        """Tell the peer we take no new calls (drain); in-flight calls go on."""
+        if not self._closed:
+            self._h2.close_connection(error_code=error_code)
+            self._closed = True
+
+    @property
+    def open_calls(self) -> int:
+        return len(self._streams)
+
+    def pending_bytes(self, stream_id: int) -> int:
+        """Bytes queued on a stream waiting for the peer's flow-control window."""
+        st = self._streams.get(stream_id)
+        return st.out_len if st is not None else 0
+
+    def is_open(self, stream_id: int) -> bool:
+        return stream_id in self._streams
+
+    # ------------------------------------------------------------------ receiving
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Feed bytes from the peer; returns the gRPC events they complete."""
+        try:
+            h2_events = self._h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            queued = self._h2.data_to_send()
+            if not (len(queued) >= 17 and queued[-14] == 0x07):
+                # h2 queued no GOAWAY (a bad connection preface): write one ourselves
+                queued += _GOAWAY_PROTOCOL_ERROR
+            self._out_extra = queued
+            self._closed = True
+            raise RemoteProtocolError(f"HTTP/2 protocol error: {exc}") from exc
+        out: list[Event] = []
+        flush = False
+        for ev in h2_events:
+            t = type(ev)
+            if t is h2.events.DataReceived:
+                self._on_data(ev, out)
+            elif t is h2.events.RequestReceived:
+                self._on_request(ev, out)
+            elif t is h2.events.StreamEnded:
+                self._on_stream_ended(ev.stream_id, out)
+            elif t is h2.events.WindowUpdated or t is h2.events.RemoteSettingsChanged:
+                flush = True
+            elif t is h2.events.ResponseReceived:
+                st = self._streams.get(ev.stream_id)
+                headers = tuple(ev.headers)
+                if st is not None and not self._trailers_only(st, headers, out):
+                    out.append(ResponseStarted(ev.stream_id, headers))
+            elif t is h2.events.TrailersReceived:
+                st = self._streams.get(ev.stream_id)
+                if st is not None:
+                    status, message = _status_of(tuple(ev.headers))
+                    st.end_after = None
+                    out.append(CallEnded(ev.stream_id, status, message))
+            elif t is h2.events.StreamReset:
+                if self._streams.pop(ev.stream_id, None) is not None:
+                    out.append(CallReset(ev.stream_id, int(ev.error_code or 0)))
+            elif t is h2.events.ConnectionTerminated:
+                self._closed = True
+                out.append(ConnectionClosed(int(ev.error_code or 0), ev.last_stream_id or 0))
+        if flush:
+            self._flush_all()
+        return out
+
+    def _trailers_only(
+        self, st: _Stream, headers: tuple[tuple[bytes, bytes], ...], out: list[Event]
+    ) -> bool:
+        if not any(k == b"grpc-status" for k, _ in headers):
+            return False
+        status, message = _status_of(headers)
+        out.append(CallEnded(st.stream_id, status, message))
+        return True
+
+    def _on_request(self, ev: h2.events.RequestReceived, out: list[Event]) -> None:
+        sid = ev.stream_id
+        method = path = content_type = None
+        timeout: float | None = None
+        metadata: list[tuple[bytes, bytes]] = []
+        bad_timeout = False
+        for k, v in ev.headers:
+            if k == b":path":
+                path = v
+            elif k == b":method":
+                method = v
+            elif k == b"content-type":
+                content_type = v
+            elif k == b"grpc-timeout":
+                try:
+                    timeout = parse_timeout(v)
+                except ValueError:
+                    bad_timeout = True
+            elif k == b"grpc-encoding":
+                metadata.append((k, v))
+            elif not k.startswith(b":"):
+                metadata.append((k, v))
+        st = _Stream(sid, None)
+        self._streams[sid] = st
+        name = path.decode("latin-1") if path else ""
+        if method != b"POST":
+            self._reject(
+                st, Status.UNIMPLEMENTED, f"method {method!r} is not POST", "bad_call", out
+            )
+            return
+        if content_type is None or not content_type.startswith(b"application/grpc"):
+            self._reject(
+                st, Status.UNKNOWN, f"invalid gRPC content-type {content_type!r}", "bad_call", out
+            )
+            return
+        if bad_timeout:
+            self._reject(st, Status.INTERNAL, "malformed grpc-timeout", "bad_call", out)
+            return
+        spec = self.methods.get(name)
+        if spec is None:
+            self._reject(
+                st,
+                Status.UNIMPLEMENTED,
+                f"unknown method {name.rsplit('/', 1)[-1]} for service {SERVICE}"
+                if name.startswith(f"/{SERVICE}/")
+                else f"unknown service or method {name}",
+                "unknown_method",
+                out,
+            )
+            return
+        st.method = spec
+        out.append(CallStarted(sid, spec, timeout, tuple(metadata)))
+
+    def _reject(
+        self, st: _Stream, status: Status, message: str, kind: str, out: list[Event]
+    ) -> None:
+        st.failed = True
+        out.append(CallError(st.stream_id, status, message, kind))
+
+    def _on_data(self, ev: h2.events.DataReceived, out: list[Event]) -> None:
+        sid = ev.stream_id
+        if ev.flow_controlled_length:
+            try:
+                self._h2.acknowledge_received_data(ev.flow_controlled_length, sid)
+            except h2.exceptions.StreamClosedError:
+                pass
+        st = self._streams.get(sid)
+        if st is None or st.failed:
+            return
+        buf = st.buf
+        buf += ev.data
+        if len(buf) < 5:
+            return
+        spec = st.method
+        cls = (spec.response if self.client else spec.request) if spec is not None else None
+        pos = 0
+        end = len(buf)
+        limit = self.max_message_bytes
+        while end - pos >= 5:
+            flag, length = GRPC_PREFIX.unpack_from(buf, pos)
+            if flag != 0:
+                self._reject(
+                    st,
+                    Status.UNIMPLEMENTED if flag == 1 else Status.INTERNAL,
+                    "compressed messages are not supported (no grpc-encoding accepted)"
+                    if flag == 1
+                    else f"bad compressed flag {flag}",
+                    "bad_framing",
+                    out,
+                )
+                st.buf = bytearray()
+                return
+            if length > limit:
+                self._reject(
+                    st,
+                    Status.RESOURCE_EXHAUSTED,
+                    f"received message larger than max ({length} vs. {limit})",
+                    "message_too_large",
+                    out,
+                )
+                st.buf = bytearray()
+                return
+            if end - pos - 5 < length:
+                break
+            payload = bytes(buf[pos + 5 : pos + 5 + length])
+            pos += 5 + length
+            if cls is None:
+                continue
+            try:
+                msg = cls.FromString(payload)
+            except Exception as exc:  # protobuf's DecodeError and friends
+                self._reject(
+                    st,
+                    Status.INTERNAL,
+                    f"grpc: error unmarshalling request: {exc}",
+                    "malformed_protobuf",
+                    out,
+                )
+                st.buf = bytearray()
+                return
+            out.append(MessageReceived(sid, msg))
+        if pos:
+            del buf[:pos]
+
+    def _on_stream_ended(self, sid: int, out: list[Event]) -> None:
+        st = self._streams.get(sid)
+        if st is None:
+            return
+        if st.buf and not st.failed:
+            self._reject(
+                st, Status.INTERNAL, "truncated gRPC message at end of stream", "bad_framing", out
+            )
+            return
+        if self.client:
+            # the server ended the stream (after its trailers): the call is over
+            self._streams.pop(sid, None)
+        elif not st.failed:
+            out.append(HalfClosed(sid))
+
+    # ------------------------------------------------------------------ sending
+    def send_message(self, stream_id: int, message: Any) -> None:
+        """Queue one message (a protobuf object or its serialized bytes)."""
+        payload = message if isinstance(message, bytes | bytearray) else message.SerializeToString()
+        self.send_raw(stream_id, GRPC_PREFIX.pack(0, len(payload)) + payload)
+
+    def send_messages(self, stream_id: int, messages: list[Any]) -> None:
+        """Queue several messages as one block (one DATA frame when the window allows)."""
+        parts: list[bytes] = []
+        pack = GRPC_PREFIX.pack
+        for m in messages:
+            payload = m if isinstance(m, bytes | bytearray) else m.SerializeToString()
+            parts.append(pack(0, len(payload)))
+            parts.append(payload)
+        self.send_raw(stream_id, b"".join(parts))
+
+    def send_raw(self, stream_id: int, framed: bytes) -> None:
+        """Queue already framed gRPC messages."""
+        st = self._streams.get(stream_id)
+        if st is None:
+            return  # the call is gone (reset by the peer): drop silently
+        if st.end_after is not None:
+            raise LocalProtocolError(f"stream {stream_id}: message after the end of our side")
+        if not st.headers_sent:
+            self._send_response_headers(st)
+        st.out.append(framed)
+        st.out_len += len(framed)
+        self._flush(st)
+
+    def _send_response_headers(self, st: _Stream) -> None:
+        if self.client:
+            raise LocalProtocolError("a client sends its headers with start_call")
+        self._h2.send_headers(
+            st.stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")]
+        )
+        st.headers_sent = True
+
+    def send_trailers(self, stream_id: int, status: int = 0, message: str = "") -> None:
+        """Server role: end the call with a status (after the queued messages)."""
+        if self.client:
+            raise LocalProtocolError("only a server sends trailers")
+        st = self._streams.get(stream_id)
+        if st is None:
+            return
+        trailers = [(b"grpc-status", str(int(status)).encode())]
+        if message:
+            trailers.append((b"grpc-message", encode_grpc_message(message)))
+        if not st.headers_sent:
+            # trailers-only response
+            self._h2.send_headers(
+                stream_id,
+                [(b":status", b"200"), (b"content-type", b"application/grpc"), *trailers],
+                end_stream=True,
+            )
+            self._streams.pop(stream_id, None)
+            return
+        st.end_after = trailers
+        self._flush(st)
+
+    def reset(self, stream_id: int, error_code: int = h2.errors.ErrorCodes.CANCEL) -> None:
+        """Abort a stream (RST_STREAM)."""
+        if self._streams.pop(stream_id, None) is not None:
+            try:
+                self._h2.reset_stream(stream_id, error_code)
+            except h2.exceptions.StreamClosedError:
+                pass
+
+    # client role
+    def start_call(
+        self,
+        method: str | MethodSpec,
+        *,
+        timeout_s: float | None = None,
+        authority: str = "localhost",
+        metadata: tuple[tuple[str, str], ...] = (),
+    ) -> int:
+        """Client role: open a call; returns its stream id."""
+        if not self.client:
+            raise LocalProtocolError("only a client starts calls")
+        spec = method if isinstance(method, MethodSpec) else METHODS_BY_NAME[method]
+        sid = self._h2.get_next_available_stream_id()
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", spec.path.encode()),
+            (b":authority", authority.encode()),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ]
+        if timeout_s is not None:
+            headers.append((b"grpc-timeout", encode_timeout(timeout_s)))
+        headers.extend((k.encode(), v.encode()) for k, v in metadata)
+        self._h2.send_headers(sid, headers)
+        st = _Stream(sid, spec)
+        st.headers_sent = True
+        self._streams[sid] = st
+        return sid
+
+    def end_call(self, stream_id: int) -> None:
+        """Client role: half-close (no more request messages) after the queued ones."""
+        st = self._streams.get(stream_id)
+        if st is None:
+            return
+        st.end_after = True
+        self._flush(st)
+
+    # ------------------------------------------------------------------ flow control
+    def _flush(self, st: _Stream) -> None:
+        h2c = self._h2
+        sid = st.stream_id
+        while st.out:
+            window = min(h2c.local_flow_control_window(sid), h2c.max_outbound_frame_size)
+            if window <= 0:
+                return
+            chunk = st.out[0]
+            if len(chunk) <= window:
+                st.out.popleft()
+                h2c.send_data(sid, chunk)
+                st.out_len -= len(chunk)
+            else:
+                view = memoryview(chunk)
+                h2c.send_data(sid, view[:window])
+                st.out[0] = view[window:]
+                st.out_len -= window
+        end = st.end_after
+        if end is None or st.closed:
+            return
+        st.closed = True
+        if end is True:
+            h2c.end_stream(sid)
+            return
+        assert isinstance(end, list)
+        h2c.send_headers(sid, end, end_stream=True)
+        self._streams.pop(sid, None)
+
+    def _flush_all(self) -> None:
+        for st in list(self._streams.values()):
+            if st.out or (st.end_after is not None and not st.closed):
+                self._flush(st)
+
+
+def _status_of(headers: tuple[tuple[bytes, bytes], ...]) -> tuple[int, str]:
+    status = int(Status.UNKNOWN)
+    message = ""
+    for k, v in headers:
+        if k == b"grpc-status":
+            try:
+                status = int(v)
+            except ValueError:
+                status = int(Status.UNKNOWN)
+        elif k == b"grpc-message":
+            message = decode_grpc_message(v)
+    return status, message

@@ -1,0 +1,745 @@
+"""The Liftbridge API on the command model: one method per RPC (liftbridge.md sections 5 and 6).
+
+A stream is a topic; its subject is the topic config key ``subject`` (the stream name for topics
+made through other protocols). This gateway is the one broker and the leader of every partition.
+Cursors are committed offsets: cursor id = group name (``CommitOffset``/``FetchOffset``), listed
+as the internal stream ``__cursors`` (one partition) so clients find a leader for them.
+Consumer groups map onto the core's group coordinator (epoch = generation).
+
+Errors are raised as :class:`RpcError` (a gRPC status and message); :func:`status_for` maps the
+model's error codes to the statuses the reference server uses.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import trio
+
+from gateway.model import (
+    RESERVED_HEADER_PREFIX,
+    Acks,
+    CommitOffset,
+    CreateTopic,
+    DeleteTopic,
+    DescribeGroup,
+    DescribeTopic,
+    ErrorCode,
+    Fetch,
+    FetchOffset,
+    GatewayError,
+    JoinGroup,
+    LeaveGroup,
+    ListOffsets,
+    ListTopics,
+    OffsetSpec,
+    Produce,
+    Record,
+    RecordBatch,
+    SyncGroup,
+    TopicInfo,
+)
+from gateway.observability import RECORDS_IN, RECORDS_OUT
+from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
+from gateway.protocols.liftbridge.codec import Status
+from gateway.protocols.liftbridge.state import LiftbridgeState
+
+PROTOCOL = "liftbridge"
+CURSORS_STREAM = "__cursors"
+ACTIVITY_STREAM = "__activity"
+RESERVED_STREAMS = frozenset({CURSORS_STREAM, ACTIVITY_STREAM})
+ACK_NAMESPACE = "liftbridge-default"
+CORRELATION_HEADER = RESERVED_HEADER_PREFIX + "liftbridge.correlation_id"
+CONSUMER_TIMEOUT_NS = 15_000_000_000
+COORDINATOR_TIMEOUT_NS = 15_000_000_000
+SUBSCRIBE_WAIT_MS = 1000
+SUBSCRIBE_MAX_BYTES = 1 << 20
+
+
+class RpcError(Exception):
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(f"{status.name}: {message}")
+        self.status = status
+        self.message = message
+
+
+_STATUS_FOR: dict[ErrorCode, Status] = {
+    ErrorCode.UNKNOWN_TOPIC: Status.NOT_FOUND,
+    ErrorCode.UNKNOWN_PARTITION: Status.NOT_FOUND,
+    ErrorCode.UNKNOWN_GROUP: Status.NOT_FOUND,
+    ErrorCode.TOPIC_EXISTS: Status.ALREADY_EXISTS,
+    ErrorCode.GROUP_EXISTS: Status.ALREADY_EXISTS,
+    ErrorCode.INVALID_REQUEST: Status.INVALID_ARGUMENT,
+    ErrorCode.INVALID_TOPIC: Status.INVALID_ARGUMENT,
+    ErrorCode.INVALID_PARTITIONS: Status.INVALID_ARGUMENT,
+    ErrorCode.RECORD_TOO_LARGE: Status.INVALID_ARGUMENT,
+    ErrorCode.OFFSET_OUT_OF_RANGE: Status.INVALID_ARGUMENT,
+    ErrorCode.CORRUPT_MESSAGE: Status.INVALID_ARGUMENT,
+    ErrorCode.READ_ONLY: Status.FAILED_PRECONDITION,
+    ErrorCode.NOT_COORDINATOR: Status.FAILED_PRECONDITION,
+    ErrorCode.UNKNOWN_MEMBER: Status.FAILED_PRECONDITION,
+    ErrorCode.ILLEGAL_GENERATION: Status.FAILED_PRECONDITION,
+    ErrorCode.REBALANCE_IN_PROGRESS: Status.FAILED_PRECONDITION,
+    ErrorCode.UNAUTHORIZED: Status.PERMISSION_DENIED,
+    ErrorCode.UNAUTHENTICATED: Status.UNAUTHENTICATED,
+    ErrorCode.BACKEND_UNAVAILABLE: Status.UNAVAILABLE,
+    ErrorCode.TIMEOUT: Status.DEADLINE_EXCEEDED,
+    ErrorCode.UNSUPPORTED: Status.UNIMPLEMENTED,
+    ErrorCode.DUPLICATE_SEQUENCE: Status.ALREADY_EXISTS,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: Status.FAILED_PRECONDITION,
+    ErrorCode.INTERNAL: Status.INTERNAL,
+}
+
+_ASYNC_CODE_FOR: dict[Status, int] = {
+    Status.NOT_FOUND: pb.PublishAsyncError.NOT_FOUND,
+    Status.INVALID_ARGUMENT: pb.PublishAsyncError.BAD_REQUEST,
+    Status.FAILED_PRECONDITION: pb.PublishAsyncError.READONLY,
+    Status.PERMISSION_DENIED: pb.PublishAsyncError.PERMISSION_DENIED,
+}
+
+
+def status_for(code: ErrorCode) -> Status:
+    return _STATUS_FOR.get(code, Status.INTERNAL)
+
+
+def rpc_error(exc: GatewayError) -> RpcError:
+    return RpcError(status_for(exc.code), exc.message)
+
+
+class Sender(Protocol):
+    """What a streaming RPC gets from the session to send messages on its call."""
+
+    timeout_s: float | None
+
+    async def send(self, message: Any) -> None: ...
+
+    def send_nowait(self, messages: list[Any]) -> None: ...
+
+
+def partition_subject(subject: str, partition: int) -> str:
+    return subject if partition == 0 else f"{subject}.{partition}"
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` one token, ``>`` the rest."""
+    p = pattern.split(".")
+    s = subject.split(".")
+    for i, tok in enumerate(p):
+        if tok == ">":
+            return len(s) > i
+        if i >= len(s) or (tok != "*" and tok != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+def valid_subject(subject: str) -> bool:
+    if not subject or any(c.isspace() for c in subject):
+        return False
+    return all(subject.split("."))
+
+
+def new_inbox() -> str:
+    return f"{ACK_NAMESPACE}.ack.{os.urandom(11).hex()}"
+
+
+def stream_subject(info: TopicInfo) -> str:
+    return info.get("subject") or info.name
+
+
+class Service:
+    """The RPCs. One per connection (cheap); shared state is in :class:`LiftbridgeState`."""
+
+    def __init__(
+        self,
+        core: Any,
+        state: LiftbridgeState,
+        broker_id: str,
+        host: str,
+        port: int,
+        max_message_bytes: int = 16 << 20,
+    ) -> None:
+        self.core = core
+        self.state = state
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.max_message_bytes = max_message_bytes
+        self._topics: dict[str, TopicInfo] = {}
+
+    # ------------------------------------------------------------------ helpers
+    async def _execute(self, command: Any) -> Any:
+        try:
+            return await self.core.execute(command)
+        except GatewayError as exc:
+            raise rpc_error(exc) from None
+
+    async def _stream(self, name: str, cached: bool = False) -> TopicInfo:
+        if cached:
+            info = self._topics.get(name)
+            if info is not None:
+                return info
+        if not name:
+            raise RpcError(Status.NOT_FOUND, "no such stream: ''")
+        try:
+            info = await self.core.topic(name)
+        except GatewayError as exc:
+            if exc.code is ErrorCode.UNKNOWN_TOPIC:
+                raise RpcError(Status.NOT_FOUND, f"no such stream: {name}") from None
+            raise rpc_error(exc) from None
+        self._topics[name] = info
+        return info
+
+    async def _partition(self, name: str, partition: int, cached: bool = False) -> TopicInfo:
+        info = await self._stream(name, cached)
+        if not 0 <= partition < info.partitions:
+            raise RpcError(Status.NOT_FOUND, f"no such partition: {name} {partition}")
+        return info
+
+    def _partition_metadata(self, stream: str, partition: int, hw: int) -> pb.PartitionMetadata:
+        flags = self.state.get(stream, partition)
+        md = pb.PartitionMetadata(
+            id=partition,
+            leader=self.broker_id,
+            replicas=[self.broker_id],
+            isr=[self.broker_id],
+            highWatermark=hw - 1,
+            newestOffset=hw - 1,
+        )
+        if flags is not None:
+            md.paused = flags.paused
+            md.readonly = flags.readonly
+            if flags.paused_ns[0]:
+                md.pauseTimestamps.firstTimestamp, md.pauseTimestamps.latestTimestamp = (
+                    flags.paused_ns
+                )
+            if flags.readonly_ns[0]:
+                md.readonlyTimestamps.firstTimestamp, md.readonlyTimestamps.latestTimestamp = (
+                    flags.readonly_ns
+                )
+        return md
+
+    async def _stream_metadata(self, info: TopicInfo) -> pb.StreamMetadata:
+        desc = await self._execute(DescribeTopic(info.name))
+        sm = pb.StreamMetadata(name=info.name, subject=stream_subject(info))
+        created = info.get("created_ns")
+        if created and created.isdigit():
+            sm.creationTimestamp = int(created)
+        for part in desc.partitions:
+            sm.partitions[part.partition].CopyFrom(
+                self._partition_metadata(info.name, part.partition, part.high_watermark)
+            )
+        return sm
+
+    def _cursors_metadata(self) -> pb.StreamMetadata:
+        sm = pb.StreamMetadata(name=CURSORS_STREAM, subject=CURSORS_STREAM)
+        sm.partitions[0].CopyFrom(self._partition_metadata(CURSORS_STREAM, 0, 0))
+        return sm
+
+    # ------------------------------------------------------------------ streams
+    async def CreateStream(self, req: pb.CreateStreamRequest) -> pb.CreateStreamResponse:
+        if not req.name:
+            raise RpcError(Status.INVALID_ARGUMENT, "stream name must not be empty")
+        if req.name in RESERVED_STREAMS:
+            raise RpcError(Status.INVALID_ARGUMENT, f"stream name {req.name} is reserved")
+        if not valid_subject(req.subject):
+            raise RpcError(Status.INVALID_ARGUMENT, f"invalid subject {req.subject!r}")
+        if req.replicationFactor < -1 or req.replicationFactor > 1:
+            raise RpcError(
+                Status.INVALID_ARGUMENT,
+                f"invalid replicationFactor {req.replicationFactor}: this cluster has 1 broker",
+            )
+        if req.partitions < 0:
+            raise RpcError(Status.INVALID_ARGUMENT, f"invalid partitions {req.partitions}")
+        if req.HasField("encryption") and req.encryption.value:
+            raise RpcError(Status.FAILED_PRECONDITION, "encryption is not configured")
+        config = [("subject", req.subject), ("created_ns", str(time.time_ns()))]
+        if req.group:
+            config.append(("liftbridge.group", req.group))
+        for field_name, key in (
+            ("retentionMaxAge", "retention_ms"),
+            ("retentionMaxBytes", "retention_bytes"),
+        ):
+            if req.HasField(field_name):
+                config.append((key, str(getattr(req, field_name).value)))
+        await self._execute(CreateTopic(req.name, req.partitions or 1, tuple(config)))
+        self.state.forget(req.name)
+        return pb.CreateStreamResponse()
+
+    async def DeleteStream(self, req: pb.DeleteStreamRequest) -> pb.DeleteStreamResponse:
+        if req.name in RESERVED_STREAMS:
+            raise RpcError(Status.INVALID_ARGUMENT, f"stream {req.name} is reserved")
+        await self._stream(req.name)
+        await self._execute(DeleteTopic(req.name))
+        self._topics.pop(req.name, None)
+        self.state.end_subscribers(req.name, None, Status.NOT_FOUND, "stream deleted")
+        self.state.forget(req.name)
+        return pb.DeleteStreamResponse()
+
+    def _partition_list(self, info: TopicInfo, partitions: Sequence[int]) -> list[int]:
+        if not partitions:
+            return list(range(info.partitions))
+        for p in partitions:
+            if not 0 <= p < info.partitions:
+                raise RpcError(Status.NOT_FOUND, f"no such partition: {info.name} {p}")
+        return list(partitions)
+
+    async def PauseStream(self, req: pb.PauseStreamRequest) -> pb.PauseStreamResponse:
+        info = await self._stream(req.name)
+        parts = self._partition_list(info, req.partitions)
+        self.state.pause(req.name, parts, req.resumeAll)
+        self.state.end_subscribers(req.name, parts, Status.FAILED_PRECONDITION, "partition paused")
+        return pb.PauseStreamResponse()
+
+    async def SetStreamReadonly(
+        self, req: pb.SetStreamReadonlyRequest
+    ) -> pb.SetStreamReadonlyResponse:
+        info = await self._stream(req.name)
+        parts = self._partition_list(info, req.partitions)
+        self.state.set_readonly(req.name, parts, req.readonly)
+        if req.readonly:
+            # subscribers at the end learn it now; the others when they reach the end
+            for p in parts:
+                self.core.waiters.notify(req.name, p)
+        return pb.SetStreamReadonlyResponse()
+
+    # ------------------------------------------------------------------ metadata
+    async def FetchMetadata(self, req: pb.FetchMetadataRequest) -> pb.FetchMetadataResponse:
+        resp = pb.FetchMetadataResponse()
+        topics: list[TopicInfo] = await self._execute(ListTopics())
+        by_name = {t.name: t for t in topics}
+        if req.streams:
+            for name in req.streams:
+                if name == CURSORS_STREAM:
+                    resp.streamMetadata.append(self._cursors_metadata())
+                elif name in by_name:
+                    resp.streamMetadata.append(await self._stream_metadata(by_name[name]))
+                else:
+                    resp.streamMetadata.append(
+                        pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
+                    )
+        else:
+            for t in topics:
+                resp.streamMetadata.append(await self._stream_metadata(t))
+            resp.streamMetadata.append(self._cursors_metadata())
+        partitions = sum(len(s.partitions) for s in resp.streamMetadata)
+        resp.brokers.append(
+            pb.Broker(
+                id=self.broker_id,
+                host=self.host,
+                port=self.port,
+                partitionCount=partitions,
+                leaderCount=partitions,
+            )
+        )
+        for group in req.groups:
+            desc = await self._execute(DescribeGroup(group))
+            gm = pb.ConsumerGroupMetadata(groupId=group)
+            if desc.members:
+                gm.coordinator = self.broker_id
+                gm.epoch = desc.generation
+            else:
+                gm.error = pb.ConsumerGroupMetadata.UNKNOWN_GROUP
+            resp.groupMetadata.append(gm)
+        return resp
+
+    async def FetchPartitionMetadata(
+        self, req: pb.FetchPartitionMetadataRequest
+    ) -> pb.FetchPartitionMetadataResponse:
+        if req.stream == CURSORS_STREAM and req.partition == 0:
+            return pb.FetchPartitionMetadataResponse(
+                metadata=self._partition_metadata(CURSORS_STREAM, 0, 0)
+            )
+        await self._partition(req.stream, req.partition)
+        desc = await self._execute(DescribeTopic(req.stream))
+        hw = desc.partitions[req.partition].high_watermark
+        return pb.FetchPartitionMetadataResponse(
+            metadata=self._partition_metadata(req.stream, req.partition, hw)
+        )
+
+    # ------------------------------------------------------------------ publish
+    def _check_writable(self, stream: str, partition: int, partitions: int) -> None:
+        flags = self.state.get(stream, partition)
+        if flags is None:
+            return
+        if flags.readonly:
+            raise RpcError(Status.FAILED_PRECONDITION, "partition is readonly")
+        if flags.paused:
+            self.state.resume(stream, partition, partitions)
+
+    def _record(self, req: Any, now_us: int) -> Record:
+        headers: tuple[tuple[str, bytes], ...] = tuple(req.headers.items()) if req.headers else ()
+        if req.correlationId:
+            headers += ((CORRELATION_HEADER, req.correlationId.encode()),)
+        return Record(req.key or None, req.value, headers, now_us)
+
+    def _ack(
+        self, req: Any, info: TopicInfo, partition: int, offset: int, received_ns: int
+    ) -> pb.Ack:
+        subject = stream_subject(info)
+        return pb.Ack(
+            stream=info.name,
+            partitionSubject=subject,
+            msgSubject=partition_subject(subject, partition),
+            offset=offset,
+            ackInbox=req.ackInbox,
+            correlationId=req.correlationId,
+            ackPolicy=req.ackPolicy,
+            receptionTimestamp=received_ns,
+            commitTimestamp=time.time_ns(),
+        )
+
+    async def Publish(self, req: pb.PublishRequest) -> pb.PublishResponse:
+        if not req.stream:
+            raise RpcError(Status.INVALID_ARGUMENT, "stream must not be empty")
+        info = await self._partition(req.stream, req.partition)
+        self._check_writable(req.stream, req.partition, info.partitions)
+        received_ns = time.time_ns()
+        if not req.ackInbox:
+            req.ackInbox = new_inbox()
+        result = await self._execute(
+            Produce(
+                req.stream,
+                RecordBatch([self._record(req, received_ns // 1000)]),
+                req.partition,
+                acks=Acks.NONE if req.ackPolicy == pb.NONE else Acks.ALL,
+            )
+        )
+        RECORDS_IN.labels(protocol=PROTOCOL).inc()
+        if req.ackPolicy == pb.NONE:
+            return pb.PublishResponse()
+        return pb.PublishResponse(
+            ack=self._ack(req, info, req.partition, result.base_offset, received_ns)
+        )
+
+    async def PublishToSubject(
+        self, req: pb.PublishToSubjectRequest
+    ) -> pb.PublishToSubjectResponse:
+        if not valid_subject(req.subject):
+            raise RpcError(Status.INVALID_ARGUMENT, f"invalid subject {req.subject!r}")
+        received_ns = time.time_ns()
+        if not req.ackInbox:
+            req.ackInbox = new_inbox()
+        first_ack: pb.Ack | None = None
+        for target, partition in await self.streams_for_subject(req.subject):
+            flags = self.state.get(target.name, partition)
+            if flags is not None and (flags.readonly or flags.paused):
+                continue  # as on NATS: a paused partition is not listening, readonly drops
+            record = self._record(req, received_ns // 1000)
+            record = record._replace(
+                headers=record.headers + (("subject", req.subject.encode()), ("reply", b""))
+            )
+            result = await self._execute(
+                Produce(target.name, RecordBatch([record]), partition, acks=Acks.ALL)
+            )
+            RECORDS_IN.labels(protocol=PROTOCOL).inc()
+            if first_ack is None:
+                first_ack = self._ack(req, target, partition, result.base_offset, received_ns)
+                first_ack.msgSubject = req.subject
+        if first_ack is None or req.ackPolicy == pb.NONE:
+            return pb.PublishToSubjectResponse()
+        return pb.PublishToSubjectResponse(ack=first_ack)
+
+    async def streams_for_subject(self, subject: str) -> list[tuple[TopicInfo, int]]:
+        """(stream, partition) pairs whose partition subject matches ``subject``; streams
+        sharing a NATS queue group get it once (the first in name order)."""
+        out: list[tuple[TopicInfo, int]] = []
+        groups: set[str] = set()
+        for info in await self._execute(ListTopics()):
+            base = stream_subject(info)
+            for p in range(info.partitions):
+                if subject_matches(partition_subject(base, p), subject):
+                    group = info.get("liftbridge.group")
+                    if group:
+                        if group in groups:
+                            break
+                        groups.add(group)
+                    out.append((info, p))
+                    break
+        return out
+
+    async def publish_async(
+        self,
+        requests: Sequence[pb.PublishRequest],
+        inbox: str,
+        respond: Callable[[list[pb.PublishResponse]], None],
+    ) -> None:
+        """Publish a run of PublishAsync requests: consecutive requests for the same partition
+        go to the core as one batch; responses (acks or asyncErrors) go to ``respond``."""
+        i = 0
+        n = len(requests)
+        while i < n:
+            first = requests[i]
+            j = i + 1
+            while (
+                j < n
+                and requests[j].stream == first.stream
+                and requests[j].partition == first.partition
+            ):
+                j += 1
+            run = requests[i:j]
+            i = j
+            try:
+                info = await self._partition(first.stream, first.partition, cached=True)
+                self._check_writable(first.stream, first.partition, info.partitions)
+                received_ns = time.time_ns()
+                now_us = received_ns // 1000
+                record = self._record
+                batch = RecordBatch([record(r, now_us) for r in run])
+                try:
+                    result = await self.core.execute(
+                        Produce(first.stream, batch, first.partition, acks=Acks.ALL)
+                    )
+                except GatewayError as exc:
+                    if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.UNKNOWN_PARTITION):
+                        self._topics.pop(first.stream, None)
+                    raise rpc_error(exc) from None
+            except RpcError as exc:
+                respond([_async_error(r, exc) for r in run])
+                continue
+            RECORDS_IN.labels(protocol=PROTOCOL).inc(len(run))
+            base = result.base_offset
+            out = []
+            for k, r in enumerate(run):
+                if r.ackPolicy == pb.NONE:
+                    continue
+                r.ackInbox = inbox
+                ack = self._ack(r, info, first.partition, base + k, received_ns)
+                out.append(pb.PublishResponse(ack=ack, correlationId=r.correlationId))
+            if out:
+                respond(out)
+
+    # ------------------------------------------------------------------ subscribe
+    async def subscribe_range(self, req: pb.SubscribeRequest) -> tuple[int, int | None, int]:
+        """Checks in the reference order; returns (start offset, last offset to deliver or None,
+        partitions)."""
+        if req.HasField("consumer") and req.consumer.groupId and not req.consumer.consumerId:
+            raise RpcError(Status.INVALID_ARGUMENT, "consumer group member without consumerId")
+        info = await self._partition(req.stream, req.partition)
+        if req.resume:
+            self.state.resume(req.stream, req.partition, info.partitions)
+        flags = self.state.get(req.stream, req.partition)
+        if flags is not None and flags.paused:
+            raise RpcError(Status.FAILED_PRECONDITION, "partition is paused")
+        lo = await self._execute(ListOffsets(req.stream, req.partition, OffsetSpec.EARLIEST))
+        start_log, hw = lo.log_start_offset, lo.high_watermark
+        pos = req.startPosition
+        if pos == pb.NEW_ONLY:
+            start = hw
+        elif pos == pb.OFFSET:
+            start = min(max(req.startOffset, start_log), hw)
+        elif pos == pb.EARLIEST:
+            start = start_log
+        elif pos == pb.LATEST:
+            start = max(hw - 1, start_log)
+        elif pos == pb.TIMESTAMP:
+            ts_us = math.ceil(req.startTimestamp / 1000)
+            start = (
+                await self._execute(ListOffsets(req.stream, req.partition, max(0, ts_us)))
+            ).offset
+        else:
+            raise RpcError(Status.INVALID_ARGUMENT, f"unknown StartPosition {pos}")
+        start = max(start, 0)
+        stop: int | None
+        sp = req.stopPosition
+        if sp == pb.STOP_ON_CANCEL:
+            return start, None, info.partitions
+        if sp == pb.STOP_OFFSET:
+            stop = req.stopOffset
+        elif sp == pb.STOP_LATEST:
+            if hw == start_log:
+                raise RpcError(Status.RESOURCE_EXHAUSTED, "Stream is empty")
+            stop = hw - 1
+        elif sp == pb.STOP_TIMESTAMP:
+            ts_us = req.stopTimestamp // 1000
+            first_after = (
+                await self._execute(ListOffsets(req.stream, req.partition, max(0, ts_us + 1)))
+            ).offset
+            stop = first_after - 1
+        else:
+            raise RpcError(Status.INVALID_ARGUMENT, f"unknown StopPosition {sp}")
+        if stop < start:
+            raise RpcError(
+                Status.INVALID_ARGUMENT, f"stop offset {stop} is before start offset {start}"
+            )
+        return start, stop, info.partitions
+
+    async def Subscribe(self, req: pb.SubscribeRequest, call: Sender, sub: Any) -> None:
+        """Stream messages from the computed start; returns at the stop offset by raising the
+        end status, or runs until cancelled (``sub`` ends it from outside)."""
+        start, stop, _ = await self.subscribe_range(req)
+        stream, partition = req.stream, req.partition
+        info = await self._stream(stream)
+        subject = partition_subject(stream_subject(info), partition)
+        self.state.add_subscriber(stream, partition, sub)
+        try:
+            await call.send(pb.Message())  # the handshake
+            offset = start
+            while True:
+                res = await self._execute(
+                    Fetch(
+                        stream,
+                        partition,
+                        offset,
+                        max_records=1000 if stop is None else stop - offset + 1,
+                        max_bytes=SUBSCRIBE_MAX_BYTES,
+                        max_wait_ms=SUBSCRIBE_WAIT_MS,
+                    )
+                )
+                if res.log_start_offset > offset:
+                    offset = res.log_start_offset
+                records = res.records
+                if records:
+                    msgs = [_message(r, stream, partition, subject) for r in records]
+                    RECORDS_OUT.labels(protocol=PROTOCOL).inc(len(msgs))
+                    offset = records[-1].offset + 1
+                    await call.send(msgs)
+                    if stop is not None and offset > stop:
+                        raise RpcError(Status.RESOURCE_EXHAUSTED, "Stop offset reached")
+                    continue
+                flags = self.state.get(stream, partition)
+                if flags is not None and flags.readonly and offset >= res.high_watermark:
+                    raise RpcError(Status.RESOURCE_EXHAUSTED, "End of readonly partition")
+        finally:
+            self.state.remove_subscriber(stream, partition, sub)
+
+    # ------------------------------------------------------------------ cursors
+    def _check_cursor(self, req: Any) -> None:
+        if not req.stream:
+            raise RpcError(Status.INVALID_ARGUMENT, "stream must not be empty")
+        if not req.cursorId:
+            raise RpcError(Status.INVALID_ARGUMENT, "cursorId must not be empty")
+
+    async def SetCursor(self, req: pb.SetCursorRequest) -> pb.SetCursorResponse:
+        self._check_cursor(req)
+        await self._partition(req.stream, req.partition)
+        await self._execute(CommitOffset(req.cursorId, req.stream, req.partition, req.offset))
+        return pb.SetCursorResponse()
+
+    async def FetchCursor(self, req: pb.FetchCursorRequest) -> pb.FetchCursorResponse:
+        self._check_cursor(req)
+        await self._partition(req.stream, req.partition)
+        committed = await self._execute(FetchOffset(req.cursorId, req.stream, req.partition))
+        return pb.FetchCursorResponse(offset=committed.offset)
+
+    # ------------------------------------------------------------------ consumer groups
+    async def JoinConsumerGroup(
+        self, req: pb.JoinConsumerGroupRequest
+    ) -> pb.JoinConsumerGroupResponse:
+        if not req.groupId or not req.consumerId or not req.streams:
+            raise RpcError(Status.INVALID_ARGUMENT, "groupId, consumerId and streams are required")
+        for name in req.streams:
+            await self._stream(name)
+        result = await self._execute(
+            JoinGroup(
+                req.groupId,
+                tuple(req.streams),
+                req.consumerId,
+                session_timeout_ms=CONSUMER_TIMEOUT_NS // 1_000_000,
+                create_member=True,
+            )
+        )
+        return pb.JoinConsumerGroupResponse(
+            coordinator=self.broker_id,
+            epoch=result.generation,
+            consumerTimeout=CONSUMER_TIMEOUT_NS,
+            coordinatorTimeout=COORDINATOR_TIMEOUT_NS,
+        )
+
+    async def _group_generation(self, group: str, consumer: str) -> int:
+        desc = await self._execute(DescribeGroup(group))
+        if not desc.members:
+            raise RpcError(Status.NOT_FOUND, f"no such consumer group: {group}")
+        if not any(m.member_id == consumer for m in desc.members):
+            raise RpcError(
+                Status.FAILED_PRECONDITION, f"{consumer} is not a member of group {group}"
+            )
+        return desc.generation
+
+    async def LeaveConsumerGroup(
+        self, req: pb.LeaveConsumerGroupRequest
+    ) -> pb.LeaveConsumerGroupResponse:
+        if not req.groupId or not req.consumerId:
+            raise RpcError(Status.INVALID_ARGUMENT, "groupId and consumerId are required")
+        await self._group_generation(req.groupId, req.consumerId)
+        await self._execute(LeaveGroup(req.groupId, req.consumerId))
+        return pb.LeaveConsumerGroupResponse()
+
+    async def FetchConsumerGroupAssignments(
+        self, req: pb.FetchConsumerGroupAssignmentsRequest
+    ) -> pb.FetchConsumerGroupAssignmentsResponse:
+        if not req.groupId or not req.consumerId:
+            raise RpcError(Status.INVALID_ARGUMENT, "groupId and consumerId are required")
+        generation = await self._group_generation(req.groupId, req.consumerId)
+        if req.epoch > generation:
+            raise RpcError(
+                Status.FAILED_PRECONDITION,
+                f"epoch {req.epoch} is newer than the group's {generation}",
+            )
+        result = await self._execute(SyncGroup(req.groupId, req.consumerId, generation))
+        by_stream: dict[str, list[int]] = {}
+        for topic, partition in result.assignment.partitions:
+            by_stream.setdefault(topic, []).append(partition)
+        return pb.FetchConsumerGroupAssignmentsResponse(
+            epoch=generation,
+            assignments=[
+                pb.PartitionAssignment(stream=s, partitions=sorted(ps))
+                for s, ps in sorted(by_stream.items())
+            ],
+        )
+
+    async def ReportConsumerGroupCoordinator(
+        self, req: pb.ReportConsumerGroupCoordinatorRequest
+    ) -> pb.ReportConsumerGroupCoordinatorResponse:
+        if not req.groupId or not req.consumerId:
+            raise RpcError(Status.INVALID_ARGUMENT, "groupId and consumerId are required")
+        # One broker: the coordinator cannot be replaced; acknowledging is all there is to do.
+        await self._group_generation(req.groupId, req.consumerId)
+        return pb.ReportConsumerGroupCoordinatorResponse()
+
+
+def _async_error(req: pb.PublishRequest, exc: RpcError) -> pb.PublishResponse:
+    code = _ASYNC_CODE_FOR.get(exc.status, pb.PublishAsyncError.INTERNAL)
+    return pb.PublishResponse(
+        correlationId=req.correlationId,
+        asyncError=pb.PublishAsyncError(code=code, message=exc.message),
+        ack=pb.Ack(),
+    )
+
+
+def _message(r: Record, stream: str, partition: int, subject: str) -> pb.Message:
+    m = pb.Message(
+        offset=r.offset,
+        key=r.key or b"",
+        value=r.value or b"",
+        timestamp=r.timestamp_us * 1000 if r.timestamp_us >= 0 else 0,
+        stream=stream,
+        partition=partition,
+    )
+    headers = m.headers
+    msg_subject = subject
+    reply = ""
+    for k, v in r.headers:
+        if k.startswith(RESERVED_HEADER_PREFIX):
+            continue
+        headers[k] = v
+        if k == "subject":
+            msg_subject = v.decode("utf-8", "replace")
+        elif k == "reply":
+            reply = v.decode("utf-8", "replace")
+    if "subject" not in headers:
+        headers["subject"] = subject.encode()
+        headers["reply"] = b""
+    m.subject = msg_subject
+    m.replySubject = reply
+    return m
+
+
+HandlerFn = Callable[[Any], Awaitable[Any]]
+
+
+def sleep_forever() -> Awaitable[None]:
+    return trio.sleep_forever()

@@ -1,0 +1,390 @@
+"""One Liftbridge (gRPC over HTTP/2) connection on trio: the I/O around the sans-IO codec.
+
+Tasks per connection (one nursery): the reader (socket -> codec events -> calls), the writer
+(codec bytes -> socket; woken by ``kick``, so bursts coalesce into few writes), a drain watcher,
+and one task per call. Unary and server-streaming calls start once the request is complete (the
+client half-closed); PublishAsync starts at once and reads its requests from a bounded channel, so
+a client that publishes faster than the core appends is slowed by TCP, not buffered.
+Subscriptions stop producing while their stream's flow-control queue is full.
+
+Bad input: a broken HTTP/2 connection gets GOAWAY and is closed; a bad call or message gets its
+gRPC status on that stream only; both are logged once and counted.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import trio
+
+from gateway.model import GatewayError
+from gateway.observability import (
+    BYTES_IN,
+    BYTES_OUT,
+    REQUEST_LATENCY,
+    REQUESTS,
+    protocol_error,
+)
+from gateway.protocols.base import ConnectionContext
+from gateway.protocols.liftbridge.codec import (
+    CallError,
+    CallReset,
+    CallStarted,
+    GrpcConnection,
+    HalfClosed,
+    MessageReceived,
+    MethodSpec,
+    RemoteProtocolError,
+    Status,
+)
+from gateway.protocols.liftbridge.service import (
+    PROTOCOL,
+    RpcError,
+    Service,
+    new_inbox,
+    rpc_error,
+)
+from gateway.protocols.liftbridge.state import state_for
+
+RECEIVE_BYTES = 256 * 1024
+STREAM_QUEUE_BYTES = 1 << 20  # a subscription waits while more than this is queued
+PUBLISH_QUEUE = 1024  # PublishAsync requests read ahead per call
+PUBLISH_RUN = 2048  # requests handed to the core in one go
+
+
+class _Call:
+    __slots__ = (
+        "stream_id",
+        "spec",
+        "timeout_s",
+        "request",
+        "extra",
+        "send_channel",
+        "recv_channel",
+        "scope",
+        "end_status",
+        "reset",
+        "idle_scope",
+    )
+
+    def __init__(self, stream_id: int, spec: MethodSpec, timeout_s: float | None) -> None:
+        self.stream_id = stream_id
+        self.spec = spec
+        self.timeout_s = timeout_s
+        self.request: Any = None
+        self.extra = False  # more than one message on a unary request
+        self.send_channel: trio.MemorySendChannel[Any] | None = None
+        self.recv_channel: trio.MemoryReceiveChannel[Any] | None = None
+        self.scope: trio.CancelScope | None = None
+        self.end_status: tuple[int, str] | None = None
+        self.reset = False
+        self.idle_scope: trio.CancelScope | None = None
+
+    def end(self, status: int, message: str) -> None:
+        """End the call from outside (pause, delete, drain) with this status."""
+        if self.end_status is None:
+            self.end_status = (status, message)
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+class _Sender:
+    """What a streaming RPC uses to send on its call."""
+
+    __slots__ = ("session", "call", "timeout_s")
+
+    def __init__(self, session: Session, call: _Call) -> None:
+        self.session = session
+        self.call = call
+        self.timeout_s = call.timeout_s
+
+    def send_nowait(self, messages: list[Any]) -> None:
+        self.session.conn.send_messages(self.call.stream_id, messages)
+        self.session.kick()
+
+    async def send(self, message: Any) -> None:
+        session = self.session
+        sid = self.call.stream_id
+        if isinstance(message, list):
+            session.conn.send_messages(sid, message)
+        else:
+            session.conn.send_message(sid, message)
+        session.kick()
+        while session.conn.pending_bytes(sid) > STREAM_QUEUE_BYTES:
+            await session.progress.wait()
+        await trio.lowlevel.checkpoint()
+
+
+class Session:
+    def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext) -> None:
+        self.stream = stream
+        self.ctx = ctx
+        self.log = ctx.log
+        cfg = ctx.listener
+        self.conn = GrpcConnection(max_message_bytes=cfg.max_frame_bytes)
+        broker_id = getattr(cfg, "broker_id", "") or f"{ctx.advertised_host}:{ctx.advertised_port}"
+        self.service = Service(
+            ctx.core,
+            state_for(ctx.core),
+            broker_id,
+            ctx.advertised_host,
+            ctx.advertised_port,
+            cfg.max_frame_bytes,
+        )
+        self.calls: dict[int, _Call] = {}
+        self.draining = False
+        self._wake = trio.Event()
+        self.progress = trio.Event()
+        self._idle = trio.Event()
+        self._send_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+
+    # ------------------------------------------------------------------ I/O
+    def kick(self) -> None:
+        self._wake.set()
+
+    def _notify_progress(self) -> None:
+        self.progress.set()
+        self.progress = trio.Event()
+
+    async def _send_pending(self) -> None:
+        async with self._send_lock:
+            data = self.conn.data_to_send()
+            if data:
+                await self.stream.send_all(data)
+                BYTES_OUT.labels(protocol=PROTOCOL).inc(len(data))
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self._send_pending()
+            self._notify_progress()
+
+    async def run(self) -> None:
+        self.conn.initiate()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._writer)
+            nursery.start_soon(self._watch_shutdown)
+            self.kick()
+            await self._reader(nursery)
+            nursery.cancel_scope.cancel()
+
+    async def _reader(self, nursery: trio.Nursery) -> None:
+        bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
+        while True:
+            try:
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            bytes_in.inc(len(data))
+            try:
+                events = self.conn.receive_data(data)
+            except RemoteProtocolError as exc:
+                protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+                try:
+                    await self._send_pending()  # the GOAWAY
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                return
+            for ev in events:
+                t = type(ev)
+                if t is MessageReceived:
+                    await self._on_message(ev)
+                elif t is CallStarted:
+                    self._on_call(ev, nursery)
+                elif t is HalfClosed:
+                    self._on_half_closed(ev.stream_id, nursery)
+                elif t is CallReset:
+                    call = self.calls.pop(ev.stream_id, None)
+                    if call is not None:
+                        call.reset = True
+                        if call.scope is not None:
+                            call.scope.cancel()
+                        self._call_done()
+                elif t is CallError:
+                    self._on_call_error(ev)
+            self.kick()
+            self._notify_progress()
+
+    # ------------------------------------------------------------------ events
+    def _on_call(self, ev: CallStarted, nursery: trio.Nursery) -> None:
+        if self.draining:
+            self.conn.send_trailers(ev.stream_id, Status.UNAVAILABLE, "server is shutting down")
+            return
+        call = _Call(ev.stream_id, ev.method, ev.timeout_s)
+        self.calls[ev.stream_id] = call
+        if ev.method.client_streaming:
+            call.send_channel, call.recv_channel = trio.open_memory_channel(PUBLISH_QUEUE)
+            nursery.start_soon(self._run_call, call)
+
+    async def _on_message(self, ev: MessageReceived) -> None:
+        call = self.calls.get(ev.stream_id)
+        if call is None:
+            return
+        if call.send_channel is not None:
+            try:
+                call.send_channel.send_nowait(ev.message)
+            except trio.WouldBlock:
+                try:
+                    await call.send_channel.send(ev.message)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        elif call.request is None:
+            call.request = ev.message
+        else:
+            call.extra = True
+
+    def _on_half_closed(self, stream_id: int, nursery: trio.Nursery) -> None:
+        call = self.calls.get(stream_id)
+        if call is None:
+            return
+        if call.send_channel is not None:
+            call.send_channel.close()
+            return
+        if call.request is None or call.extra:
+            what = "no request message" if call.request is None else "more than one request"
+            protocol_error(self.log, PROTOCOL, "bad_call", method=call.spec.name, error=what)
+            self.calls.pop(stream_id, None)
+            self.conn.send_trailers(
+                stream_id, Status.INTERNAL, f"grpc: {what} for {call.spec.name}"
+            )
+            self._count(call.spec.name, Status.INTERNAL, 0.0)
+            self._call_done()
+            return
+        nursery.start_soon(self._run_call, call)
+
+    def _on_call_error(self, ev: CallError) -> None:
+        call = self.calls.pop(ev.stream_id, None)
+        name = call.spec.name if call is not None else "?"
+        protocol_error(
+            self.log, PROTOCOL, ev.kind, method=name, status=ev.status.name, error=ev.message
+        )
+        if call is not None:
+            call.reset = True  # the trailers go out here, not from the call's task
+            if call.scope is not None:
+                call.scope.cancel()
+            if call.send_channel is not None:
+                call.send_channel.close()
+        self.conn.send_trailers(ev.stream_id, ev.status, ev.message)
+        self._count(name, ev.status, 0.0)
+        self._call_done()
+
+    # ------------------------------------------------------------------ calls
+    async def _run_call(self, call: _Call) -> None:
+        name = call.spec.name
+        status: int = Status.OK
+        message = ""
+        started = time.perf_counter()
+        with trio.CancelScope() as scope:
+            call.scope = scope
+            if call.end_status is not None:
+                scope.cancel()
+            if call.timeout_s is not None:
+                scope.deadline = trio.current_time() + call.timeout_s
+            try:
+                if name == "Subscribe":
+                    await self.service.Subscribe(call.request, _Sender(self, call), call)
+                elif name == "PublishAsync":
+                    await self._publish_async(call)
+                else:
+                    response = await getattr(self.service, name)(call.request)
+                    self.conn.send_message(call.stream_id, response)
+            except RpcError as exc:
+                status, message = exc.status, exc.message
+            except GatewayError as exc:
+                err = rpc_error(exc)
+                status, message = err.status, err.message
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                call.reset = True
+            except Exception as exc:
+                self.log.exception("rpc_failed", method=name, error=repr(exc))
+                status, message = Status.INTERNAL, f"internal error: {exc!r}"
+        if scope.cancelled_caught:
+            if call.end_status is not None:
+                status, message = call.end_status
+            elif not call.reset:
+                status, message = Status.DEADLINE_EXCEEDED, "deadline exceeded"
+        if not call.reset:
+            self.conn.send_trailers(call.stream_id, status, message)
+            self.kick()
+        self.calls.pop(call.stream_id, None)
+        self._count(name, status, time.perf_counter() - started)
+        self._call_done()
+
+    async def _publish_async(self, call: _Call) -> None:
+        recv = call.recv_channel
+        assert recv is not None
+        sid = call.stream_id
+        inbox = new_inbox()
+        conn = self.conn
+
+        def respond(messages: list[Any]) -> None:
+            conn.send_messages(sid, messages)
+            self.kick()
+
+        while True:
+            batch: list[Any] = []
+            if self.draining:  # take what was queued, then end with OK
+                while True:
+                    try:
+                        batch.append(recv.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                if batch:
+                    await self.service.publish_async(batch, inbox, respond)
+                return
+            with trio.CancelScope() as idle:
+                call.idle_scope = idle
+                try:
+                    batch.append(await recv.receive())
+                except trio.EndOfChannel:
+                    return
+            call.idle_scope = None
+            if idle.cancelled_caught:
+                continue
+            while len(batch) < PUBLISH_RUN:
+                try:
+                    batch.append(recv.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            await self.service.publish_async(batch, inbox, respond)
+
+    def _count(self, name: str, status: int, seconds: float) -> None:
+        outcome = "ok" if status == Status.OK else Status(status).name.lower()
+        REQUESTS.labels(protocol=PROTOCOL, api=name, outcome=outcome).inc()
+        if seconds:
+            REQUEST_LATENCY.labels(protocol=PROTOCOL, api=name).observe(seconds)
+
+    def _call_done(self) -> None:
+        if not self.calls:
+            self._idle.set()
+
+    # ------------------------------------------------------------------ drain
+    async def _watch_shutdown(self) -> None:
+        await self.ctx.shutdown.wait()
+        self.draining = True
+        self.conn.goaway()
+        for call in list(self.calls.values()):
+            if call.spec.name == "Subscribe":
+                call.end(Status.UNAVAILABLE, "server is shutting down")
+            elif call.idle_scope is not None:
+                call.idle_scope.cancel()
+        self.kick()
+        while self.calls:
+            self._idle = trio.Event()
+            await self._idle.wait()
+        await self._send_pending()
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+
+
+async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> None:
+    """Serve one Liftbridge client connection until it closes (or the gateway drains)."""
+    await Session(stream, ctx).run()
