@@ -50,9 +50,7 @@ async def main() -> None:
         except ErrorAlreadyExists:
             out["exists"] = "ErrorAlreadyExists"
 
-        await client.publish(
-            b"first", stream="orders", partition=0, key=b"k1", headers={"h": b"v"}
-        )
+        await client.publish(b"first", stream="orders", partition=0, key=b"k1", headers={"h": b"v"})
         time.sleep(0.05)
         t_between = time.time()
         time.sleep(0.05)
@@ -61,7 +59,7 @@ async def main() -> None:
 
         reqs = [
             client.get_publish_request(
-                b"bulk-%d" % i, stream="orders", partition=1, correlation_id="c%d" % i
+                b"bulk-%d" % i, stream="orders", partition=1, correlation_id=f"c{i}"
             )
             for i in range(5)
         ]

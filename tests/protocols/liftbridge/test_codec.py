@@ -49,7 +49,12 @@ def vector(name: str) -> bytes:
 
 
 def frame(ftype: int, flags: int, stream_id: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes([ftype, flags]) + stream_id.to_bytes(4, "big") + payload
+    return (
+        len(payload).to_bytes(3, "big")
+        + bytes([ftype, flags])
+        + stream_id.to_bytes(4, "big")
+        + payload
+    )
 
 
 def server_conn() -> GrpcConnection:
@@ -188,10 +193,7 @@ def test_server_rejects_non_grpc_content_type() -> None:
     # HEADERS: :method POST (83), :scheme http (86), :path literal (0x04 idx 4), content-type
     # text/plain (0x0f 0x10, literal with indexed name 31)
     # :authority localhost (0x01 literal, indexed name 1)
-    block = (
-        b"\x83\x86\x04\x18/proto.API/FetchMetadata\x01\x09localhost"
-        + b"\x0f\x10\x0atext/plain"
-    )
+    block = b"\x83\x86\x04\x18/proto.API/FetchMetadata\x01\x09localhost" + b"\x0f\x10\x0atext/plain"
     events = conn.receive_data(preface + frame(1, 0x5, 1, block))
     err = next(e for e in events if isinstance(e, CallError))
     assert err.status is Status.UNKNOWN and err.kind == "bad_call"

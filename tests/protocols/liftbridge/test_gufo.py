@@ -30,9 +30,7 @@ def test_gufo_exercises_every_rpc_it_has(gateway: GatewayProcess) -> None:
     broker = f"{host}:{port}"
 
     assert out["exists"] == "ErrorAlreadyExists"
-    assert out["bulk_acks"] == [
-        [i, f"c{i}", f"c{i}", "orders", "orders.subj.1"] for i in range(5)
-    ]
+    assert out["bulk_acks"] == [[i, f"c{i}", f"c{i}", "orders", "orders.subj.1"] for i in range(5)]
     md = out["metadata"]
     assert md["brokers"] == [[broker, host, port]]
     assert md["streams"]["orders"] == {
