@@ -152,7 +152,9 @@ def parse_header(buf: bytes | memoryview, pos: int, end: int) -> BundleHeader:
 
 def message_set(buf: bytes | memoryview, header: BundleHeader, end: int) -> bytes | memoryview:
     """The (decompressed) message set of a bundle."""
-    raw = memoryview(buf)[header.body : end]
+    # a bytes copy, not a memoryview: indexing and unpack_from on bytes are ~2x faster, and the
+    # per-message loop of walk() is the produce path's main cost
+    raw = bytes(buf[header.body : end])
     if header.codec == CODEC_SNAPPY:
         try:
             return bytes(cramjam.snappy.decompress_raw(raw))
