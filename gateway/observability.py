@@ -57,6 +57,19 @@ BYTES_OUT = Counter("gateway_bytes_out_total", "Bytes sent", ["protocol"], regis
 BACKEND_ERRORS = Counter(
     "gateway_backend_errors_total", "Backend errors", ["backend", "code"], registry=REGISTRY
 )
+BACKEND_LATENCY = Histogram(
+    "gateway_backend_seconds",
+    "Time in the core and backend per command",
+    ["backend", "command"],
+    buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5, 30),
+    registry=REGISTRY,
+)
+GROUP_MEMBERS = Gauge(
+    "gateway_group_members", "Members of consumer groups", ["group"], registry=REGISTRY
+)
+REBALANCES = Counter(
+    "gateway_group_rebalances_total", "Consumer group rebalances", ["group"], registry=REGISTRY
+)
 LONG_POLL_WAITS = Counter(
     "gateway_long_poll_waits_total", "Reads that waited at the log end", registry=REGISTRY
 )

@@ -52,6 +52,7 @@ from gateway.model import (
     TopicDescription,
     TopicInfo,
 )
+from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY
 
 
 class Core:
@@ -101,7 +102,19 @@ class Core:
         handler = self._handlers.get(type(command))
         if handler is None:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"unknown command {command!r}")
-        return await handler(command)
+        topic = getattr(command, "topic", None)
+        backend = self.router.backend_for(topic).name if topic else "-"
+        name = type(command).__name__
+        started = time.perf_counter()
+        try:
+            return await handler(command)
+        except GatewayError as exc:
+            BACKEND_ERRORS.labels(backend=backend, code=exc.code.value).inc()
+            raise
+        finally:
+            BACKEND_LATENCY.labels(backend=backend, command=name).observe(
+                time.perf_counter() - started
+            )
 
     # ------------------------------------------------------------------ topics
     async def _create_topic(self, cmd: CreateTopic) -> TopicInfo:

@@ -28,6 +28,7 @@ from gateway.model import (
     MemberAssignment,
     SyncGroupResult,
 )
+from gateway.observability import GROUP_MEMBERS, REBALANCES
 
 OFFSETS_NS = "offsets"
 
@@ -121,6 +122,8 @@ class GroupCoordinator:
 
     async def _rebalance(self, group: Group, partition_count: PartitionCount) -> None:
         group.generation += 1
+        REBALANCES.labels(group=group.name).inc()
+        GROUP_MEMBERS.labels(group=group.name).set(len(group.members))
         members = sorted(group.members)
         group.leader = members[0] if members else ""
         topics = sorted({t for m in group.members.values() for t in m.topics})

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from gateway.observability import LONG_POLL_WAITS
+
 POLL_INTERVAL_S = 0.05
 
 
@@ -33,6 +35,7 @@ class Waiters:
         """Wait for the next append to (topic, partition) until ``deadline`` (trio clock).
         Returns True when woken by an append, False on the deadline."""
         self.waits_total += 1
+        LONG_POLL_WAITS.inc()
         key = (topic, partition)
         event = self._events.get(key)
         if event is None:
@@ -45,6 +48,7 @@ class Waiters:
     async def poll(self, has_data: Callable[[], Awaitable[bool]], deadline: float) -> bool:
         """For backends that do not notify: check ``has_data`` every POLL_INTERVAL_S."""
         self.waits_total += 1
+        LONG_POLL_WAITS.inc()
         while True:
             if await has_data():
                 return True
