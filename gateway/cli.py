@@ -329,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     args = build_parser().parse_args(argv)
+    if args.command != "serve":
+        from gateway.observability import setup_logging
+
+        # data commands: keep stdout for data; backend notices go to stderr, warnings and up
+        setup_logging("console", "warning")
     if getattr(args, "config", "x") is None and os.path.exists(DEFAULT_CONFIG):
         args.config = DEFAULT_CONFIG
     try:
