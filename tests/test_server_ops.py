@@ -228,7 +228,13 @@ def test_sigterm_drain_answers_a_long_poll_in_flight_and_exits_0(tmp_path) -> No
 
         poller = threading.Thread(target=long_poll)
         poller.start()
-        threading.Event().wait(0.3)
+        for _ in range(200):  # until the poll is waiting inside the gateway
+            with urllib.request.urlopen(gw.admin_url + "/metrics", timeout=10) as resp:
+                if b"gateway_long_poll_waits_total 1.0" in resp.read():
+                    break
+            threading.Event().wait(0.05)
+        else:
+            raise AssertionError("the long poll never reached the gateway")
         assert gw.stop(signal.SIGTERM) == 0
         poller.join(10)
         assert results and results[0][0] == 200 and results[0][1]["records"] == []
