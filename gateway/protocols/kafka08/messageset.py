@@ -33,6 +33,7 @@ Buffer = bytes | bytearray | memoryview
 
 ENTRY = struct.Struct(">qiIbb")  # offset, message size, crc, magic, attributes
 ENTRY_KEY = struct.Struct(">qiIbbi")  # ... and the key length of a magic-0 message
+ENTRY_KV = struct.Struct(">qiIbbii")  # ... and the value length when the key is null
 OFFSET_SIZE = struct.Struct(">qi")
 ENTRY_HEAD = struct.Struct(">qiI")  # offset, message size, crc
 I32 = struct.Struct(">i")
@@ -72,17 +73,19 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
     n = len(view)
     pos = count = 0
     plain = True
-    unpack = ENTRY_KEY.unpack_from
+    unpack = ENTRY_KV.unpack_from
     i32 = I32.unpack_from
     crc32 = zlib.crc32
     rpack = RECORD.pack
     limit = max_message_bytes
     parts: list[Buffer] = [b""]
     append = parts.append
-    # the hot loop: one unpack (offset, size, crc, magic, attributes, key length), one CRC, one
-    # unpack of the value length, one canonical record header; keys and values are slices
+    last_klen = last_vlen = -2
+    header = b""
+    # the hot loop: one unpack (offset, size, crc, magic, attributes, key length and, for a null
+    # key, value length), one CRC, one canonical record header; keys and values are slices
     while pos + 26 <= n:
-        _, size, crc, magic, attrs, klen = unpack(view, pos)
+        _, size, crc, magic, attrs, klen, vlen = unpack(view, pos)
         end = pos + LOG_OVERHEAD + size
         if size < MIN_MESSAGE or size > limit or end > n:
             if size < MIN_MESSAGE:
@@ -96,13 +99,19 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
             raise InvalidMessageSet(f"CRC mismatch in the message at byte {pos}")
         if magic == 0:
             p = pos + 22 + (klen if klen > 0 else 0)
-            if klen < -1 or p + 4 > end:
+            if klen >= 0:  # with a key, the value length follows it (else it came unpacked)
+                if p + 4 > end:
+                    raise InvalidMessageSet(f"bad key length {klen} in the message at byte {pos}")
+                (vlen,) = i32(view, p)
+            elif klen < -1:
                 raise InvalidMessageSet(f"bad key length {klen} in the message at byte {pos}")
-            (vlen,) = i32(view, p)
             if p + 4 + (vlen if vlen > 0 else 0) != end or vlen < -1:
                 raise InvalidMessageSet(f"bad value length {vlen} in the message at byte {pos}")
             if plain:
-                append(rpack(now_us, klen, vlen, 0))
+                if klen != last_klen or vlen != last_vlen:  # uniform records: one pack
+                    header = rpack(now_us, klen, vlen, 0)
+                    last_klen, last_vlen = klen, vlen
+                append(header)
                 if klen > 0:
                     append(view[pos + 22 : pos + 22 + klen])
                 if vlen > 0:
@@ -327,9 +336,30 @@ def _from_canonical(
     crc32 = zlib.crc32
     size = 0
     offset = first_offset
+    last_vlen = -2
+    prefix = b""
+    prefix_crc = 0
     for _ in range(count):
         _, klen, vlen, nh = unpack(buf, pos)
         p = pos + rsize
+        if klen < 0 and vlen >= 0 and not nh:
+            # the common case (no key): the 10-byte message prefix and its CRC are reused while
+            # the value length stays the same; the value itself is the only per-record copy
+            if vlen != last_vlen:
+                prefix = nkv(0, 0, -1, vlen)
+                prefix_crc = crc32(prefix)
+                last_vlen = vlen
+            q = p + vlen
+            value = buf[p:q]
+            append(head(offset, vlen + 14, crc32(value, prefix_crc)))
+            append(prefix)
+            append(value)
+            pos = q
+            offset += 1
+            size += vlen + 26
+            if size >= limit:
+                break
+            continue
         if klen < 0:
             if vlen < 0:
                 body = M0_NULL_KEY + NULL

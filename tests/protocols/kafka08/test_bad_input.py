@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import zlib
 
 import pytest
 
@@ -204,3 +205,15 @@ def test_acks_0_failure_closes_the_connection(gateway: GatewayProcess, raw: RawC
 def test_invalid_topic_name_in_metadata(raw: RawClient) -> None:
     md = raw.call(3, 0, c.METADATA_REQUEST(["bad name!"]))
     assert [(t.error, t.topic, t.partitions) for t in md.topics] == [(17, "bad name!", [])]
+
+
+def test_inconsistent_lengths_with_a_valid_crc_are_invalid(raw: RawClient) -> None:
+    """A message whose CRC matches but whose key or value length does not fit its size."""
+    topic = new_topic(raw)
+    for body in (
+        struct.pack(">bbii", 0, 0, -1, 9) + b"12345",  # value length 9, 5 bytes follow
+        struct.pack(">bbi", 0, 0, 50) + b"k" * 4 + struct.pack(">i", 0),  # key runs past
+        struct.pack(">bbii", 0, 0, -7, 1) + b"x",  # key length below -1
+    ):
+        entry = struct.pack(">qiI", 0, len(body) + 4, zlib.crc32(body)) + body
+        assert produce(raw, topic, entry).error == 2
