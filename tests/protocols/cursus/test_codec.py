@@ -292,3 +292,45 @@ def test_block_window_patch(msgs, data):
         msgs[-1].producer_id,
         msgs[-1].epoch,
     )
+
+
+def uniform(n: int, payload: bytes = b"x" * 10) -> list[Message]:
+    return [
+        Message(seq=i, producer_id=b"pp", key=b"k%d" % (i % 10), payload=payload, metadata=b"m")
+        for i in range(n)
+    ]
+
+
+@given(st.integers(2, 30), st.data())
+def test_uniform_batches_take_the_strided_path(n, data):
+    msgs = uniform(n)
+    batch = codec.decode_batch(codec.encode_batch(codec.make_batch("t", 0, msgs)))
+    assert isinstance(batch.starts, range) and batch.messages() == msgs
+    block = CURSUS_BLOCK.block(batch.body, batch.starts, 1)
+    start = data.draw(st.integers(0, n - 1))
+    stop = data.draw(st.integers(start + 1, n))
+    body, count, first, last = codec.patch_offsets(block, 2**40, start, stop)
+    want = [m._replace(offset=2**40 + i) for i, m in enumerate(msgs)][start:stop]
+    assert codec.decode_messages(body, count) == want and (first, last) == (
+        want[0].seq,
+        want[-1].seq,
+    )
+    assert [r.offset for r in CURSUS_BLOCK.decode(block, 5)] == list(range(5, 5 + n))
+
+
+@pytest.mark.parametrize("field", ["producer_id", "key", "payload", "event_type", "metadata"])
+def test_one_different_length_is_not_uniform(field):
+    msgs = uniform(6)
+    msgs[4] = msgs[4]._replace(**{field: getattr(msgs[4], field) + b"!"})
+    batch = codec.decode_batch(codec.encode_batch(codec.make_batch("t", 0, msgs)))
+    assert not isinstance(batch.starts, range)
+    assert batch.messages() == msgs
+    body, count, _, _ = codec.patch_offsets(CURSUS_BLOCK.block(batch.body, batch.starts, 1), 0)
+    assert codec.decode_messages(body, count) == [m._replace(offset=i) for i, m in enumerate(msgs)]
+
+
+def test_uniform_batch_cut_short_still_reports_the_go_error():
+    body = codec.encode_batch(codec.make_batch("t", 0, uniform(3)))
+    with pytest.raises(BatchDecodeError) as exc:
+        codec.decode_batch(body[:-1])
+    assert str(exc.value) == "failed to read message[2] metadata: EOF"
