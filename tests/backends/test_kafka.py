@@ -1,0 +1,270 @@
+"""The Kafka backend against a real Kafka-compatible broker (Tansu), beyond the conformance suite:
+record batch encoding, the outage test, and the end-to-end path kcat (Kafka 0.8) -> gateway ->
+Tansu -> kafka-python 3.0.12 (modern)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+import uuid
+
+import pytest
+import trio
+
+from gateway.backends.kafka import KafkaBackend, KafkaConfig
+from gateway.backends.kafka.records import (
+    KafkaRecordError,
+    decode_batches,
+    encode_batch,
+    varint,
+)
+from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
+from tests.backends.servers import REPO_ROOT, TansuServer, http_json, shared_tansu
+from tests.support import GatewayProcess
+
+KAFKA_PYTHON = REPO_ROOT / ".test-venvs" / "realbackends" / "bin" / "python"
+KCAT_08 = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.8.2.2"]
+
+
+# ----------------------------------------------------------------------------- record batches
+
+
+def test_varints_are_zigzag():
+    assert varint(0) == b"\x00"
+    assert varint(-1) == b"\x01"
+    assert varint(1) == b"\x02"
+    assert varint(63) == b"\x7e"
+    assert varint(64) == b"\x80\x01"
+    assert varint(-65) == b"\x81\x01"
+
+
+def test_batch_round_trip_keeps_microseconds_and_headers():
+    records = [
+        Record(b"k", b"v", (("a", b"1"),), 1_700_000_000_000_123),
+        Record(None, None, (), 1_700_000_000_001_000),
+        Record(b"", b"x" * 300, (("dup", b""), ("dup", b"\xff")), 1_700_000_000_002_999),
+    ]
+    data = encode_batch(records, now_ms=0, base_offset=40)
+    got = decode_batches(data)
+    assert [r._replace(offset=-1) for r in got] == records
+    assert [r.offset for r in got] == [40, 41, 42]
+    assert decode_batches(data, min_offset=42)[0].value == b"x" * 300
+    assert len(decode_batches(data, max_records=2)) == 2
+    # the sub-millisecond header exists only where needed
+    assert data.count(b"_gw.us") == 2
+    # a trailing partial batch (a broker cutting at max bytes) is ignored
+    assert len(decode_batches(data + data[:30])) == 3
+
+
+def test_batch_crc_is_checked():
+    data = bytearray(encode_batch([Record(b"k", b"value", (), 5_000)], now_ms=0))
+    data[-1] ^= 0xFF
+    with pytest.raises(KafkaRecordError):
+        decode_batches(bytes(data))
+
+
+# ----------------------------------------------------------------------------- against Tansu
+
+
+def _backend(bootstrap: str, **kw) -> KafkaBackend:
+    return KafkaBackend("kafka", KafkaConfig(bootstrap=bootstrap, **kw))
+
+
+async def test_api_versions_negotiated_and_capabilities_follow_the_broker(nursery):
+    b = _backend(shared_tansu().bootstrap, kv_topic=f"__kv_{uuid.uuid4().hex[:6]}")
+    await b.open(nursery)
+    assert b._api_ok is not None and all(b._api_ok[k] for k in (0, 1, 2, 3, 8, 9, 10, 19))
+    # Tansu 0.6 has no CreatePartitions: topic administration is off as a whole
+    assert b._api_ok[37] is False and b.capabilities.topic_admin is False
+    with pytest.raises(GatewayError) as exc:
+        await b.create_partitions("whatever", 1)
+    assert exc.value.code is ErrorCode.UNSUPPORTED
+    assert await b.health() == (True, "ok")
+    await b.close()
+
+
+async def test_tansu_down_gives_retriable_errors_and_back_works_without_restart(nursery):
+    server = TansuServer().start()
+    try:
+        b = _backend(server.bootstrap, connect_timeout_ms=500)
+        await b.open(nursery)
+        await b.create_topic("out", 1)
+        await b.append("out", 0, RecordBatch([Record(b"k", b"before")]))
+        await b.kv_put("ns", "k", b"v")
+
+        await trio.to_thread.run_sync(server.kill)
+        for call in (
+            lambda: b.append("out", 0, RecordBatch([Record(b"k", b"during")])),
+            lambda: b.read("out", 0, 0, 10, 1000),
+            lambda: b.partition_info("out", 0),
+            lambda: b.kv_get("ns", "k"),
+        ):
+            with pytest.raises(GatewayError) as exc:
+                await call()
+            assert exc.value.code.retriable, exc.value
+        ok, reason = await b.health()
+        assert not ok and reason
+
+        await trio.to_thread.run_sync(server.start)  # same port, empty (in-memory) broker
+        assert (await b.health())[0]
+        await b.create_topic("out", 1)
+        result = await b.append("out", 0, RecordBatch([Record(b"k", b"after")]))
+        assert result.base_offset == 0
+        got = [r.value for x in await b.read("out", 0, 0, 10, 1 << 20) for r in x.records]
+        assert got == [b"after"]
+        await b.kv_put("ns", "k", b"again")
+        assert await b.kv_get("ns", "k") == b"again"
+        await b.close()
+    finally:
+        server.stop()
+
+
+def test_gateway_on_tansu_survives_a_broker_outage(tmp_path):
+    """Through a running gateway: /readyz and produce report the outage (503, retriable
+    backend_unavailable) and work again once Tansu is back, the gateway never restarted."""
+    server = TansuServer().start()
+    try:
+        gw = GatewayProcess(
+            tmp_path,
+            backends={
+                "k": {"type": "kafka", "bootstrap": server.bootstrap, "connect_timeout_ms": 500}
+            },
+        ).start()
+        try:
+            url = gw.admin_url
+            assert http_json("GET", url + "/readyz")[0] == 200
+            assert (
+                http_json("POST", url + "/v1/topics", {"name": "gwout", "partitions": 1})[0] == 201
+            )
+            record = {"records": [{"value": "aGVsbG8=", "partition": 0}]}
+            assert http_json("POST", url + "/v1/topics/gwout/records", record)[0] == 200
+
+            server.kill()
+            code, body = http_json("POST", url + "/v1/topics/gwout/records", record)
+            assert (code, body["code"]) == (503, "backend_unavailable")
+            code, body = http_json("GET", url + "/readyz")
+            assert code == 503 and "k" in body["backends"]
+
+            server.start()
+            assert http_json("GET", url + "/readyz")[0] == 200
+            assert (
+                http_json("POST", url + "/v1/topics", {"name": "gwout", "partitions": 1})[0] == 201
+            )
+            code, body = http_json("POST", url + "/v1/topics/gwout/records", record)
+            assert code == 200, body
+        finally:
+            assert gw.stop() == 0
+    finally:
+        server.stop()
+
+
+def test_kcat_in_08_mode_through_the_gateway_into_tansu_read_by_kafka_python(tmp_path):
+    """kcat speaks Kafka 0.8 to the gateway's kafka08 listener; the records land in Tansu, where
+    kafka-python 3.0.12 in normal (modern) mode reads them directly; an offset committed through
+    the gateway is the group's offset in Kafka too."""
+    server = TansuServer().start()
+    topic = f"e2e-{uuid.uuid4().hex[:6]}"
+    try:
+        gw = GatewayProcess(
+            tmp_path,
+            listeners={"kafka08": {}},
+            backends={"k": {"type": "kafka", "bootstrap": server.bootstrap}},
+        ).start()
+        try:
+            host, port = gw.address("kafka08")
+            lines = "".join(f"key{i}:value {i}\n" for i in range(20))
+            subprocess.run(
+                ["kcat", "-b", f"{host}:{port}", "-P", "-t", topic, "-p", "0", "-K:", *KCAT_08],
+                input=lines.encode(),
+                check=True,
+                timeout=60,
+            )
+            read_back = subprocess.run(
+                [
+                    "kcat",
+                    "-b",
+                    f"{host}:{port}",
+                    "-C",
+                    "-t",
+                    topic,
+                    "-p",
+                    "0",
+                    "-o",
+                    "beginning",
+                    "-e",
+                    "-K:",
+                    *KCAT_08,
+                ],
+                capture_output=True,
+                check=True,
+                timeout=60,
+            )
+            assert read_back.stdout.decode().splitlines() == lines.splitlines()
+        finally:
+            assert gw.stop() == 0
+
+        script = textwrap.dedent(
+            """
+            import json, sys
+            from kafka import KafkaConsumer, TopicPartition
+            c = KafkaConsumer(bootstrap_servers=sys.argv[1], enable_auto_commit=False,
+                              consumer_timeout_ms=5000, auto_offset_reset="earliest")
+            tp = TopicPartition(sys.argv[2], 0)
+            c.assign([tp])
+            c.seek_to_beginning(tp)
+            out = []
+            for m in c:
+                out.append([m.offset, m.key.decode(), m.value.decode()])
+                if len(out) == 20:
+                    break
+            print(json.dumps(out))
+            """
+        )
+        done = subprocess.run(
+            [str(KAFKA_PYTHON), "-c", script, server.bootstrap, topic],
+            capture_output=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        got = json.loads(done.stdout)
+        assert got == [[i, f"key{i}", f"value {i}"] for i in range(20)]
+    finally:
+        server.stop()
+
+
+async def test_committed_offsets_are_kafka_group_offsets(nursery):
+    """An offset the gateway commits is the Kafka group's committed offset (kafka-python sees
+    it), and one a Kafka consumer commits is what the gateway reads."""
+    tansu = shared_tansu()
+    b = _backend(tansu.bootstrap, kv_topic=f"__kv_{uuid.uuid4().hex[:6]}")
+    await b.open(nursery)
+    topic, group = f"co-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    await b.create_topic(topic, 1)
+    await b.append(topic, 0, RecordBatch([Record(None, b"x")] * 10))
+    key = f"{group}\x1f{topic}\x1f0"
+    await b.kv_put("offsets", key, json.dumps({"offset": 7, "metadata": "m"}).encode())
+    script = textwrap.dedent(
+        """
+        import sys
+        from kafka import KafkaConsumer, TopicPartition
+        from kafka.structs import OffsetAndMetadata
+        c = KafkaConsumer(bootstrap_servers=sys.argv[1], group_id=sys.argv[3],
+                          enable_auto_commit=False)
+        tp = TopicPartition(sys.argv[2], 0)
+        print(c.committed(tp))
+        c.commit({tp: OffsetAndMetadata(9, "", -1)})
+        c.close()
+        """
+    )
+    done = await trio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [str(KAFKA_PYTHON), "-c", script, tansu.bootstrap, topic, group],
+            capture_output=True,
+            timeout=120,
+        )
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout.decode().strip() == "7"
+    assert json.loads(await b.kv_get("offsets", key))["offset"] == 9
+    await b.close()
