@@ -63,6 +63,8 @@ def make_ssl_context(cfg: ListenerConfig) -> ssl.SSLContext | None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+    if cfg.alpn_protocols:
+        context.set_alpn_protocols(list(cfg.alpn_protocols))
     if cfg.tls_client_ca:
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(cfg.tls_client_ca)

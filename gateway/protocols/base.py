@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
 import trio
@@ -37,6 +37,8 @@ class ListenerConfig:
     tls_cert: str = ""  # PEM certificate chain; with tls_key, the listener speaks TLS only
     tls_key: str = ""
     tls_client_ca: str = ""  # PEM CA bundle: clients must present a certificate it signed
+    alpn_protocols: ClassVar[tuple[str, ...]] = ()
+    """ALPN ids a TLS listener offers (a protocol class sets it: ("h2",) for gRPC)."""
 
     def validate(self) -> list[str]:
         """Problems as ``key: got ..., expected ...`` (config.py prefixes the section)."""

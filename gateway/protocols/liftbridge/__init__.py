@@ -10,6 +10,7 @@ envelope), ``service.py`` (the RPCs on the command model), ``session.py`` (the c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
 from gateway.protocols.liftbridge.session import handle_connection
@@ -18,6 +19,7 @@ from gateway.protocols.liftbridge.session import handle_connection
 @dataclass(frozen=True, slots=True)
 class LiftbridgeListenerConfig(ListenerConfig):
     port: int = 9292
+    alpn_protocols: ClassVar[tuple[str, ...]] = ("h2",)  # gRPC over TLS negotiates h2
     max_frame_bytes: int = 16 * MiB
     """The largest gRPC message accepted (grpc's max_receive_message_length)."""
     broker_id: str = ""

@@ -15,10 +15,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
-
-import trio
 
 from gateway.model import (
     RESERVED_HEADER_PREFIX,
@@ -169,6 +167,7 @@ class Service:
         self.port = port
         self.max_message_bytes = max_message_bytes
         self._topics: dict[str, TopicInfo] = {}
+        self._records_in = RECORDS_IN.labels(protocol=PROTOCOL)
 
     # ------------------------------------------------------------------ helpers
     async def _execute(self, command: Any) -> Any:
@@ -370,10 +369,12 @@ class Service:
         if flags.paused:
             self.state.resume(stream, partition, partitions)
 
-    def _record(self, req: Any, now_us: int) -> Record:
+    @staticmethod
+    def _record(req: Any, now_us: int) -> Record:
         headers: tuple[tuple[str, bytes], ...] = tuple(req.headers.items()) if req.headers else ()
-        if req.correlationId:
-            headers += ((CORRELATION_HEADER, req.correlationId.encode()),)
+        cid = req.correlationId
+        if cid:
+            headers += ((CORRELATION_HEADER, cid.encode()),)
         return Record(req.key or None, req.value, headers, now_us)
 
     def _ack(
@@ -487,8 +488,7 @@ class Service:
                 self._check_writable(first.stream, first.partition, info.partitions)
                 received_ns = time.time_ns()
                 now_us = received_ns // 1000
-                record = self._record
-                batch = RecordBatch([record(r, now_us) for r in run])
+                batch = RecordBatch([self._record(r, now_us) for r in run])
                 try:
                     result = await self.core.execute(
                         Produce(first.stream, batch, first.partition, acks=Acks.ALL)
@@ -500,15 +500,30 @@ class Service:
             except RpcError as exc:
                 respond([_async_error(r, exc) for r in run])
                 continue
-            RECORDS_IN.labels(protocol=PROTOCOL).inc(len(run))
+            self._records_in.inc(len(run))
             base = result.base_offset
+            subject = stream_subject(info)
+            msg_subject = partition_subject(subject, first.partition)
+            commit_ns = time.time_ns()
             out = []
+            Ack, Response, NONE = pb.Ack, pb.PublishResponse, pb.NONE
             for k, r in enumerate(run):
-                if r.ackPolicy == pb.NONE:
+                policy = r.ackPolicy
+                if policy == NONE:
                     continue
-                r.ackInbox = inbox
-                ack = self._ack(r, info, first.partition, base + k, received_ns)
-                out.append(pb.PublishResponse(ack=ack, correlationId=r.correlationId))
+                cid = r.correlationId
+                ack = Ack(
+                    stream=first.stream,
+                    partitionSubject=subject,
+                    msgSubject=msg_subject,
+                    offset=base + k,
+                    ackInbox=inbox,
+                    correlationId=cid,
+                    ackPolicy=policy,
+                    receptionTimestamp=received_ns,
+                    commitTimestamp=commit_ns,
+                )
+                out.append(Response(ack=ack, correlationId=cid))
             if out:
                 respond(out)
 
@@ -736,10 +751,3 @@ def _message(r: Record, stream: str, partition: int, subject: str) -> pb.Message
     m.subject = msg_subject
     m.replySubject = reply
     return m
-
-
-HandlerFn = Callable[[Any], Awaitable[Any]]
-
-
-def sleep_forever() -> Awaitable[None]:
-    return trio.sleep_forever()

@@ -139,6 +139,9 @@ class Session:
         self._idle = trio.Event()
         self._send_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
+        self._received_since_send = False
+        self._last_send = trio.current_time()
+        self._bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
 
     # ------------------------------------------------------------------ I/O
     def kick(self) -> None:
@@ -152,8 +155,24 @@ class Session:
         async with self._send_lock:
             data = self.conn.data_to_send()
             if data:
+                self._received_since_send = False
                 await self.stream.send_all(data)
-                BYTES_OUT.labels(protocol=PROTOCOL).inc(len(data))
+                self._last_send = trio.current_time()
+                self._bytes_out.inc(len(data))
+
+    async def _keepalive(self) -> None:
+        """PING the client while calls are open (a quiet subscription is not an idle
+        connection) and once after the client sent something we had nothing to answer (window
+        updates, acks), so the listener's read and idle timeouts see a live connection."""
+        cfg = self.ctx.listener
+        interval = max(0.05, min(cfg.idle_timeout_s, cfg.read_timeout_s) / 3)
+        while True:
+            await trio.sleep(interval)
+            if (self.calls or self._received_since_send) and (
+                trio.current_time() - self._last_send >= interval
+            ):
+                self.conn.ping()
+                self.kick()
 
     async def _writer(self) -> None:
         while True:
@@ -168,8 +187,12 @@ class Session:
             self._nursery = nursery
             nursery.start_soon(self._writer)
             nursery.start_soon(self._watch_shutdown)
+            nursery.start_soon(self._keepalive)
             self.kick()
             await self._reader(nursery)
+            if self.ctx.shutdown.is_set() and self.calls:
+                # draining (the server ended our reads): _watch_shutdown finishes the calls
+                await trio.sleep_forever()
             nursery.cancel_scope.cancel()
 
     async def _reader(self, nursery: trio.Nursery) -> None:
@@ -182,6 +205,7 @@ class Session:
             if not data:
                 return
             bytes_in.inc(len(data))
+            self._received_since_send = True
             try:
                 events = self.conn.receive_data(data)
             except RemoteProtocolError as exc:
