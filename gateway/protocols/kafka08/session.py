@@ -140,43 +140,37 @@ class Session:
         if self._recv_scope is not None:
             self._recv_scope.cancel()
 
+    async def _send(self, stream: trio.abc.Stream, out: list[bytes]) -> None:
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            await stream.send_all(data)
+            self._bytes_out.inc(len(data))
+
     async def _serve(self, stream: trio.abc.Stream) -> None:
+        """Answer every complete request in the buffer, in order, then read more. Answers to
+        pipelined requests go out together, but never wait behind a long-polling Fetch."""
         conn = c.ServerConnection(self.cfg.max_frame_bytes)
         idle = self.cfg.idle_timeout_s
         out: list[bytes] = []
         while True:
-            while True:
-                try:
-                    request = conn.next_request()
-                except RemoteProtocolError as exc:
-                    protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
-                    break_out = True
-                    request = None
-                else:
-                    break_out = False
-                if request is None:
-                    if break_out:
-                        if out:
-                            await stream.send_all(b"".join(out))
-                        return
-                    break
-                if request.api_key == ApiKey.FETCH and out:
-                    await stream.send_all(b"".join(out))  # never hold answers behind a long poll
-                    self._bytes_out.inc(sum(map(len, out)))
-                    out = []
-                try:
+            try:
+                while (request := conn.next_request()) is not None:
+                    if request.api_key == ApiKey.FETCH:
+                        await self._send(stream, out)
                     response = await self.handle(request)
-                except CloseConnection:
-                    if out:
-                        await stream.send_all(b"".join(out))
-                    return
-                if response is not None:
-                    out.append(response)
-            if out:
-                data = out[0] if len(out) == 1 else b"".join(out)
-                out = []
-                await stream.send_all(data)
-                self._bytes_out.inc(len(data))
+                    if response is not None:
+                        out.append(response)
+                    if self._draining:  # finish the request in hand, start no new one
+                        break
+            except RemoteProtocolError as exc:
+                protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+                await self._send(stream, out)
+                return  # the 0.8 broker closes on anything it cannot parse
+            except CloseConnection:
+                await self._send(stream, out)
+                return
+            await self._send(stream, out)
             if self._draining:
                 return
             with trio.move_on_after(idle) as scope:

@@ -174,3 +174,23 @@ def test_metadata_all_topics_and_auto_create_off(tmp_path) -> None:
         host, port = gw.address("kafka08")
         assert [(b.node_id, b.host, b.port) for b in md.brokers] == [(0, host, port)]
         client.close()
+
+
+def test_sigterm_answers_the_long_poll_in_hand_then_closes(tmp_path) -> None:
+    with GatewayProcess(tmp_path, listeners={"kafka08": {}}) as gw:
+        idle = RawClient(gw.address("kafka08"))
+        idle.call(3, 0, c.METADATA_REQUEST([]))
+        polling = RawClient(gw.address("kafka08"))
+        topic = new_topic(polling)
+        body = c.FETCH_REQUEST(-1, 2000, 1, [c.FETCH_TOPIC(topic, [c.FETCH_PARTITION(0, 0, 100)])])
+        polling.send(1, 0, body)
+        result: list = []
+        waiter = threading.Thread(target=lambda: result.append(polling.receive()))
+        waiter.start()
+        assert gw.stop() == 0
+        waiter.join(20)
+        assert result and result[0].topics[0].partitions[0].error == 0  # answered, not dropped
+        assert polling.closed_by_peer()
+        assert idle.closed_by_peer()
+        idle.close()
+        polling.close()
