@@ -204,10 +204,15 @@ def build_dataclass(cls: type, data: Mapping[str, Any], where: str, problems: li
         v = getattr(obj, f.name)
         if f.name.endswith("port") and isinstance(v, int) and not 0 <= v <= 65535:
             problems.append(f"{where}.{f.name}: got {v}, expected a port number 0..65535")
-    validate = getattr(obj, "validate", None)
-    if validate is not None:
-        for p in validate():
-            problems.append(p if p.startswith(where) else f"{where}.{p}")
+    # every class in the hierarchy validates its own keys, whether or not a subclass's
+    # validate() remembers to call super()
+    found: list[str] = []
+    for klass in type(obj).__mro__:
+        validate = klass.__dict__.get("validate")
+        if validate is not None:
+            found.extend(p for p in validate(obj) if p not in found)
+    for p in found:
+        problems.append(p if p.startswith(where) else f"{where}.{p}")
     return obj
 
 

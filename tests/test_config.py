@@ -88,3 +88,19 @@ def test_check_config_cli_exits_1_listing_problems(tmp_path) -> None:
     assert "2 problem(s)" in proc.stderr
     assert "server.log_level: got 'loud'" in proc.stderr
     assert "admin.port: got 'x' (str), expected an integer" in proc.stderr
+
+
+def test_listener_base_keys_are_validated_for_every_protocol() -> None:
+    from gateway.protocols import REGISTRY
+
+    for name in REGISTRY:
+        with pytest.raises(ConfigError) as info:
+            parse_config(
+                {
+                    "backends": {"m": {"type": "memory"}},
+                    "listeners": {name: {"proxy_protocol": "sometimes", "tls_cert": "/nope"}},
+                }
+            )
+        text = "\n".join(info.value.problems)
+        assert f"listeners.{name}.proxy_protocol: got 'sometimes'" in text
+        assert f"listeners.{name}.tls_cert/tls_key" in text
