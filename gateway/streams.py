@@ -72,6 +72,12 @@ class GuardedStream(trio.abc.Stream):
             if self._last_activity == started:  # nothing moved meanwhile (a send would count)
                 raise ConnectionTimeout(kind, limit)
 
+    def between_requests(self) -> None:
+        """The handler holds no partly received request (it has whole requests only, some
+        perhaps still being answered, like a parked long poll): its next wait for bytes is an
+        idle wait, not a read timeout."""
+        self._mid_request = False
+
     def drain(self) -> None:
         """The gateway is stopping: a handler waiting for its next request sees end of stream
         now; one in the middle of a request finishes it and sees end of stream after."""

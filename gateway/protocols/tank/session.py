@@ -15,7 +15,6 @@ earlier request on the connection completed, so it sees their writes.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -670,7 +669,6 @@ class _ConnectionIO:
 
     async def read_loop(self, conn: TankConnection) -> None:
         ctx = self.ctx
-        idle = ctx.listener.idle_timeout_s if ctx.listener.idle_timeout_s > 0 else math.inf
         assert self.nursery is not None
         while not self.broken:
             event = conn.next_event()
@@ -690,13 +688,14 @@ class _ConnectionIO:
                 if ctx.shutdown.is_set():
                     return
                 event = conn.next_event()
-            with trio.move_on_after(idle) as idle_scope:
-                data = await self.stream.receive_some(RECEIVE_SIZE)
-            if idle_scope.cancelled_caught:
-                if len(self.nursery.child_tasks) > 1:  # a consume is parked: not idle
-                    continue
-                ctx.log.info("tank_idle_close", peer=ctx.peer, idle_s=idle)
-                return
+            if not conn.buffered:
+                # no frame partly read: waiting for the next request is idle time (the server's
+                # idle timeout), not a request being read slowly (its read timeout), even while a
+                # consume is parked
+                between = getattr(self.stream, "between_requests", None)
+                if between is not None:
+                    between()
+            data = await self.stream.receive_some(RECEIVE_SIZE)
             if not data:
                 return
             _bytes_in.inc(len(data))

@@ -131,3 +131,23 @@ async def test_long_poll_on_one_connection_does_not_block_a_produce_on_it(addr) 
             assert await c.produce("same", 0, [(None, b"v", TS)]) == 0
             event = await c.response(100)  # the parked consume answers after the produce
         assert [m.content for m in event.topics[0].partitions[0].messages()] == [b"v"]
+
+
+async def test_parked_consume_is_not_a_slow_request(tmp_path) -> None:
+    """A consume parked longer than the read timeout is idle time, not a slowloris request; a
+    frame left half sent is one, and the server closes that connection."""
+    listeners = {"tank": {"read_timeout_s": 0.3}}
+    config = parse_config(make_config(tmp_path, listeners=listeners, backend="memory"))
+    async with serving(config) as server:
+        addr = server.addresses()["tank"]
+        async with await TankClient.connect(*addr) as c:
+            assert await c.create_topic("slow", 1) == 0
+            with trio.fail_after(10):
+                part = await c.consume_raw("slow", 0, TAIL, max_wait_ms=1000)
+            assert (part.err, part.hwmark, part.messages()) == (0, 0, [])
+            assert await c.produce("slow", 0, [(None, b"still open", TS)]) == 0
+        async with await TankClient.connect(*addr) as c:
+            await c.stream.send_all(b"\x0a\x04\x00\x00\x00\x01")  # status request, cut short
+            with trio.fail_after(10):
+                while await c.stream.receive_some(1024):  # the greeting, then end of stream
+                    pass
