@@ -9,8 +9,10 @@
   values and header values are base64):
   ``GET /v1/topics``, ``POST /v1/topics`` ``{"name", "partitions"}``,
   ``POST /v1/topics/{topic}/records`` ``{"records": [{"key", "value", "headers", "timestamp_us",
-  "partition"}]}``, ``GET /v1/topics/{topic}/records?partition=&offset=&max=&max_wait_ms=``,
-  ``GET /v1/topics/{topic}/offsets``.
+  "partition"}]}``, ``GET /v1/topics/{topic}/records?partition=&offset=&max=&max_wait_ms=``
+  (``&format=binary``: canonical batches, see :func:`binary_fetch`; ``POST`` with
+  ``?format=binary[&partition=]`` takes one canonical batch, see :func:`produce_binary`),
+  ``GET /v1/topics/{topic}/offsets`` (``?timestamp_us=``: also the offset for that time).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import struct
 import time
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -28,6 +31,7 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import gateway
+from gateway.canonical import CANONICAL, CanonicalCodecError, peek_header
 from gateway.model import (
     CreateTopic,
     ErrorCode,
@@ -239,6 +243,8 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
     parts = path.split("/")
     if len(parts) == 5 and parts[:3] == ["", "v1", "topics"]:
         topic, what = unquote(parts[3]), parts[4]
+        if what == "records" and method == "POST" and query.get("format") == ["binary"]:
+            return js(await produce_binary(core, topic, query.get("partition", [None])[0], body))
         if what == "records" and method == "POST":
             return js(await _produce(core, topic, _json_body(body)))
         if what == "records" and method == "GET":
@@ -252,6 +258,8 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
                     max_wait_ms=min(30_000, _int_param(query, "max_wait_ms", 0)),
                 )
             )
+            if query.get("format", ["json"])[0] == "binary":
+                return 200, "application/octet-stream", binary_fetch(result)
             return js(
                 {
                     "topic": topic,
@@ -264,17 +272,70 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
         if what == "offsets" and method == "GET":
             info = await core.topic(topic)
             out = []
+            spec = _int_param(query, "timestamp_us", OffsetSpec.LATEST)
             for p in range(info.partitions):
-                r = await core.execute(ListOffsets(topic, p, OffsetSpec.LATEST))
+                r = await core.execute(ListOffsets(topic, p, spec))
                 out.append(
                     {
                         "partition": p,
                         "log_start_offset": r.log_start_offset,
                         "high_watermark": r.high_watermark,
+                        "offset": r.offset,
                     }
                 )
             return js(out)
     raise HttpError(404 if method in ("GET", "POST") else 405, f"no route for {method} {path}")
+
+
+def binary_fetch(result: Any) -> bytes:
+    """A fetch answer for ``?format=binary`` (the Spark pipeline's reader): high_watermark i64 |
+    log_start_offset i64 | block count u32, then per block base_offset i64 | length u32 | a
+    canonical batch (gateway/canonical.py). Stored canonical blocks pass through untouched."""
+    parts = [b""]
+    for batch in result.batches:
+        block = batch.encode(CANONICAL)
+        parts.append(_BLOCK_HEAD.pack(batch.first_offset, len(block)))
+        parts.append(bytes(block))
+    parts[0] = _FETCH_HEAD.pack(result.high_watermark, result.log_start_offset, len(parts) // 2)
+    return b"".join(parts)
+
+
+async def produce_binary(
+    core: Any, topic: str, partition: str | None, body: bytes
+) -> dict[str, Any]:
+    """``POST .../records?format=binary[&partition=N]``: the body is one canonical batch
+    (gateway/canonical.py), validated by decoding it once, then appended as the encoded block.
+    Without a partition, keyed records go by key hash and keyless ones round-robin."""
+    try:
+        count = len(CANONICAL.decode(body, -1))
+    except CanonicalCodecError as exc:
+        raise HttpError(400, f"body is not a canonical batch: {exc}") from None
+    if count == 0:
+        raise HttpError(400, "the batch holds no records")
+    if partition is not None and not partition.lstrip("-").isdigit():
+        raise HttpError(400, f"query parameter partition={partition!r} is not an integer")
+    _, _, max_ts = peek_header(body)
+    batch = RecordBatch(encoded=body, codec=CANONICAL, count=count, max_timestamp_us=max_ts)
+    await core.topic(topic, create=True)
+    res = await core.execute(
+        Produce(
+            topic,
+            batch,
+            partition=None if partition is None else int(partition),
+            partitioning=Partitioning.KEY_HASH,
+        )
+    )
+    return {
+        "topic": topic,
+        "appends": [
+            {"partition": a.partition, "base_offset": a.base_offset, "last_offset": a.last_offset}
+            for a in res.appends
+        ],
+    }
+
+
+_FETCH_HEAD = struct.Struct("<qqI")
+_BLOCK_HEAD = struct.Struct("<qI")
 
 
 def _json_body(body: bytes) -> dict[str, Any]:
