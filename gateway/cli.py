@@ -31,6 +31,7 @@ from gateway.model import (
     RecordBatch,
     now_us,
 )
+from gateway.pipeline.cli import add_pipeline_parser
 
 DEFAULT_CONFIG = "config/gateway.toml"
 
@@ -322,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.protocols.iggy.auth import add_cli as add_iggy_cli
 
     add_iggy_cli(sub)  # gateway hash-password
+    add_pipeline_parser(sub)  # gateway pipeline export|import|copy|stats (gateway/pipeline/cli.py)
     return parser
 
 
