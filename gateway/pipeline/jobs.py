@@ -146,6 +146,8 @@ def export_topic(
 ) -> int:
     """Write the topic (every field of every record) to ``path``; returns the record count."""
     df = read_topic(spark, bootstrap, topic, **read_options)
+    # Parquet timestamps in microseconds, the model's unit (Spark's default is the legacy INT96).
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     writer = df.write.mode("overwrite" if overwrite else "errorifexists")
     if fmt not in ("parquet", "json"):
         raise ValueError(f"unknown export format {fmt!r} (parquet or json)")

@@ -18,7 +18,10 @@ def test_binary_and_json_fetch_agree(client: GatewayClient, bootstrap: str, topi
     client.create_topic(topic, 2)
     assert client.produce_batch(topic, recs[:300], 0) == 300
     # the JSON produce path (the documented API) for the rest
-    assert client.produce(topic, [(r.key, r.value, r.headers, r.timestamp_us, 1) for r in recs[300:]]) == 200
+    assert (
+        client.produce(topic, [(r.key, r.value, r.headers, r.timestamp_us, 1) for r in recs[300:]])
+        == 200
+    )
     with GatewayClient(bootstrap, wire_format="json") as jclient:
         for p, expect in ((0, recs[:300]), (1, recs[300:])):
             binary = client.fetch(topic, p, 0, max_records=1000).records

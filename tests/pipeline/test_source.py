@@ -44,9 +44,7 @@ def test_read_every_field_one_task_per_partition(
     df = load(spark, bootstrap, topic)
     assert df.rdd.getNumPartitions() == 3  # the empty partition plans no task
     got = rows(df)
-    expect = [
-        (p, i, as_tuple(r)) for p in sorted(four) for i, r in enumerate(four[p])
-    ]
+    expect = [(p, i, as_tuple(r)) for p in sorted(four) for i, r in enumerate(four[p])]
     assert [(g["partition"], g["offset"], as_tuple(g)) for g in got] == expect
     assert {g["topic"] for g in got} == {topic}
 
@@ -89,9 +87,7 @@ def test_starting_and_ending_timestamps(
     # record i of seed s has timestamp BASE_TS + (i + s) ms
     start_ms = BASE_TS // 1000 + 50
     end_iso = "2026-01-01T00:00:00.210Z"  # BASE_TS + 210 ms
-    df = load(
-        spark, bootstrap, topic, startingTimestamp=str(start_ms), endingTimestamp=end_iso
-    )
+    df = load(spark, bootstrap, topic, startingTimestamp=str(start_ms), endingTimestamp=end_iso)
     got = rows(df)
     expect = [(0, i) for i in range(50, 60)] + [(2, i) for i in range(25)]
     expect += [(3, i) for i in range(0, 10)]
@@ -108,20 +104,25 @@ def test_write_keeps_every_field_and_reports_totals(
     spark: Any, bootstrap: str, client: GatewayClient, topic: str, tmp_path: Path
 ) -> None:
     recs = make_records(300)
-    df = spark.createDataFrame(
-        [
-            (
-                r.key,
-                r.value,
-                [{"key": k, "value": v} for k, v in r.headers],
-                i % 3,
-                BASE_TS + i,
-            )
-            for i, r in enumerate(recs)
-        ],
-        "key binary, value binary, headers array<struct<key: string, value: binary>>, "
-        "partition int, ts bigint",
-    ).withColumn("timestamp", F.timestamp_micros("ts")).drop("ts").repartition(4)
+    df = (
+        spark.createDataFrame(
+            [
+                (
+                    r.key,
+                    r.value,
+                    [{"key": k, "value": v} for k, v in r.headers],
+                    i % 3,
+                    BASE_TS + i,
+                )
+                for i, r in enumerate(recs)
+            ],
+            "key binary, value binary, headers array<struct<key: string, value: binary>>, "
+            "partition int, ts bigint",
+        )
+        .withColumn("timestamp", F.timestamp_micros("ts"))
+        .drop("ts")
+        .repartition(4)
+    )
     report = tmp_path / "report.json"
     (
         df.write.format("gateway")
@@ -138,6 +139,7 @@ def test_write_keeps_every_field_and_reports_totals(
     assert totals["records"] == 300 and totals["tasks"] == 4
     assert totals["per_partition"] == {"0": 100, "1": 100, "2": 100}
     got = rows(load(spark, bootstrap, topic))
+
     def by_time(x: tuple) -> tuple:
         return (x[0], x[1][3])
 
@@ -179,9 +181,9 @@ def test_write_refuses_overwrite_and_needs_value(spark: Any, bootstrap: str, top
             "topic", topic
         ).save()
     with pytest.raises(Exception, match="value"):
-        spark.createDataFrame([("a",)], "v string").write.format("gateway").mode(
-            "append"
-        ).option("bootstrap", bootstrap).option("topic", topic).save()
+        spark.createDataFrame([("a",)], "v string").write.format("gateway").mode("append").option(
+            "bootstrap", bootstrap
+        ).option("topic", topic).save()
 
 
 def test_failed_write_aborts_and_reports(
