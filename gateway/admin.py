@@ -151,6 +151,7 @@ async def status(server: Any) -> dict[str, Any]:
                 "connections": len(st.connections),
                 "accepted": st.accepted,
                 "refused": st.refused,
+                "clients": sorted(c.peer for c in st.connections)[:100],
             }
             for st in server.listeners.values()
         ],
