@@ -27,7 +27,6 @@ from typing import Any
 import trio
 
 from gateway.model import (
-    RESERVED_HEADER_PREFIX,
     CommitOffset,
     CreatePartitions,
     DeletePartitions,
@@ -43,8 +42,6 @@ from gateway.model import (
     ListOffsets,
     Partitioning,
     Produce,
-    Record,
-    RecordBatch,
     Stats,
     SyncGroup,
     TopicDescription,
@@ -61,15 +58,12 @@ from gateway.observability import (
 )
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.auth import check_credentials
+from gateway.protocols.iggy.messages import poll_reply, send_batch
 from gateway.protocols.iggy.registry import GroupEntry, IggyError, Registry, TopicEntry
 
 PROTOCOL = "iggy"
-ID_HEADER = RESERVED_HEADER_PREFIX + "iggy.id"
-KINDS_HEADER = RESERVED_HEADER_PREFIX + "iggy.kinds"
 GROUP_SESSION_TIMEOUT_MS = 24 * 3600 * 1000  # Iggy members live as long as their connection
-_ZERO_ID = bytes(16)
 RECEIVE_BYTES = 256 * 1024
-_IID = struct.Struct("<QQ")
 
 ERROR_STATUS = {
     ErrorCode.UNKNOWN_TOPIC: c.Status.TOPIC_ID_NOT_FOUND,
@@ -137,60 +131,6 @@ def state_for(core: Any, listener: Any) -> IggyState:
     if state is None:
         state = _STATES[core] = IggyState(core, listener)
     return state
-
-
-# ----------------------------------------------------------------------------- headers
-
-
-def headers_to_model(block: bytes, raw_id: bytes) -> tuple[tuple[str, bytes], ...]:
-    """An Iggy headers block and message id (omitted when 0) as model headers."""
-    entries = c.decode_headers(block)
-    out = [(key, bytes(value)) for key, _, value in entries]
-    if any(kind != c.HeaderKind.RAW for _, kind, _ in entries):
-        out.append((KINDS_HEADER, bytes(kind for _, kind, _ in entries)))
-    if raw_id != _ZERO_ID:
-        out.append((ID_HEADER, bytes(raw_id)))
-    return tuple(out)
-
-
-def derived_id(topic: str, partition: int, offset: int) -> int:
-    """The id of a message stored without one (sent with id 0, or by another protocol): unique
-    per topic, partition and offset, stable across polls, never 0."""
-    high = 0x80000000 | (zlib.crc32(topic.encode()) & 0x7FFFFFFF)
-    return (high << 96) | ((partition & 0xFFFFFFFF) << 64) | offset
-
-
-def headers_from_model(headers: tuple[tuple[str, bytes], ...]) -> tuple[int, bytes]:
-    """(message id, Iggy headers block) of a stored record's model headers."""
-    if len(headers) == 1 and headers[0][0] == ID_HEADER:
-        lo, hi = _IID.unpack(headers[0][1])
-        return lo | (hi << 64), b""
-    mid = 0
-    kinds = b""
-    user = []
-    for name, value in headers:
-        if name.startswith(RESERVED_HEADER_PREFIX):
-            if name == ID_HEADER and len(value) == 16:
-                lo, hi = _IID.unpack(value)
-                mid = lo | (hi << 64)
-            elif name == KINDS_HEADER:
-                kinds = value
-            continue
-        if name and len(name.encode()) <= 255:
-            user.append((name, value))
-    if not user:
-        return mid, b""
-    if len(kinds) != len(user):
-        kinds = bytes([c.HeaderKind.RAW]) * len(user)
-    block = b"".join(
-        struct.pack("<I", len(k.encode()))
-        + k.encode()
-        + bytes((kind,))
-        + struct.pack("<I", len(v))
-        + v
-        for (k, v), kind in zip(user, kinds, strict=True)
-    )
-    return mid, block
 
 
 # ----------------------------------------------------------------------------- session
@@ -481,26 +421,14 @@ class IggySession:
             partition, mode = pid - 1, Partitioning.EXPLICIT
         elif p.kind == c.PartitioningKind.MESSAGES_KEY:
             key, mode = p.value, Partitioning.KEY_HASH
-        ts = now_us()
-        zero = _ZERO_ID
-        id_header = ID_HEADER
-        records = []
-        append = records.append
-        for raw_id, headers, payload in req.messages:
-            if headers:
-                append(Record(key, payload, headers_to_model(headers, raw_id), ts))
-            elif raw_id == zero:  # the id is derived from the message's place (see module doc)
-                append(Record(key, payload, (), ts))
-            else:
-                append(Record(key, payload, ((id_header, raw_id),), ts))
-        batch = RecordBatch(records, max_timestamp_us=ts)
+        batch = send_batch(req.messages, key, now_us())
         try:
             await self.core.execute(Produce(t.canonical, batch, partition, mode))
         except GatewayError as exc:
             if exc.code is ErrorCode.UNKNOWN_PARTITION:
                 raise IggyError(c.Status.PARTITION_NOT_FOUND, exc.message) from None
             raise
-        RECORDS_IN.labels(protocol=PROTOCOL).inc(len(records))
+        RECORDS_IN.labels(protocol=PROTOCOL).inc(len(req.messages))
 
     def _consumer_group_name(self, consumer: c.Consumer) -> str:
         return f"iggy-consumer-{consumer.id.value}"
@@ -587,31 +515,13 @@ class IggySession:
         result = await self.core.execute(
             Fetch(topic, partition, offset, req.count, self.cfg.max_poll_bytes, 0)
         )
-        records = [r for b in result.batches for r in b.records]
-        if not records:
-            return c.PolledMessages(partition + 1, max(0, result.high_watermark - 1))
-        if req.auto_commit:
-            await self.core.execute(CommitOffset(group, topic, partition, records[-1].offset + 1))
-        RECORDS_OUT.labels(protocol=PROTOCOL).inc(len(records))
-        return c.encode_polled(
-            partition + 1,
-            max(0, result.high_watermark - 1),
-            self._poll_rows(topic, partition, records),
+        payload, n, last = poll_reply(
+            topic, partition, max(0, result.high_watermark - 1), result.batches
         )
-
-    @staticmethod
-    def _poll_rows(topic: str, partition: int, records: list[Record]) -> Any:
-        conv = headers_from_model
-        base = derived_id(topic, partition, 0)
-        for r in records:
-            if r.headers:
-                mid, block = conv(r.headers)
-                if mid == 0:
-                    mid = base | r.offset
-            else:
-                mid, block = base | r.offset, b""
-            ts = r.timestamp_us if r.timestamp_us >= 0 else 0
-            yield r.offset, ts, mid, block, r.value or b""
+        if n and req.auto_commit:
+            await self.core.execute(CommitOffset(group, topic, partition, last + 1))
+        RECORDS_OUT.labels(protocol=PROTOCOL).inc(n)
+        return payload
 
     async def get_offset(self, req: c.GetConsumerOffset) -> c.ConsumerOffsetRecord:
         t = await self.registry.topic(req.stream, req.topic)

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 import trio
 
 from gateway.config import parse_config
@@ -44,8 +45,9 @@ def group(n: int) -> c.Consumer:
     return c.Consumer(c.ConsumerKind.CONSUMER_GROUP, c.Identifier(n))
 
 
-async def test_every_command_in_the_old_dialect(tmp_path: Path) -> None:
-    async with gateway(tmp_path) as addr, await IggyClient.connect(*addr) as cl:
+@pytest.mark.parametrize("backend", ["memory", "embedded"])
+async def test_every_command_in_the_old_dialect(tmp_path: Path, backend: str) -> None:
+    async with gateway(tmp_path, backend) as addr, await IggyClient.connect(*addr) as cl:
         assert await cl.call(c.Ping()) is None
         assert await cl.call(c.CreateStream(1, "s1")) is None  # old dialect: empty reply
         assert await cl.call(c.CreateTopic(S1, 1, 2, 60_000, "t1")) is None
