@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,8 @@ FIELD = struct.Struct("<HI")
 JS_STREAM_NOT_FOUND = 10059
 JS_STREAM_NAME_IN_USE = 10058
 JS_WRONG_LAST_SEQUENCE = 10071
+JS_WRONG_LAST_MSG_ID = 10070
+JS_SUBJECT_OVERLAP = 10065
 JS_NOT_ENABLED = (10039, 10076)
 
 
@@ -115,22 +118,28 @@ def record_headers(r: Record, ts: int) -> bytes:
 
 
 def msg_record(m: Msg, offset: int) -> Record:
-    h = m.headers or {}
-    ts = h.get("Gw-Ts")
+    rh = m.raw_header
+    ts = rh(b"\r\nGw-Ts: ")
     if ts is not None:
         timestamp = int(ts)
     else:
-        stamp = h.get("Nats-Time-Stamp")
+        stamp = m.header("Nats-Time-Stamp")
         timestamp = _js_time_us(stamp) if stamp else -1
-    key = h.get("Gw-Key")
-    hdrs = h.get("Gw-H")
+    key = rh(b"\r\nGw-Key: ")
+    hdrs = rh(b"\r\nGw-H: ")
     return Record(
         base64.b64decode(key) if key is not None else None,
-        None if "Gw-Null" in h else m.payload,
-        _decode_record_headers(hdrs) if hdrs else (),
+        None if b"\r\nGw-Null: " in m.raw else m.payload,
+        _decode_record_headers(hdrs.decode()) if hdrs else (),
         timestamp,
         offset,
     )
+
+
+def msg_seq(m: Msg) -> int:
+    """The stream sequence of a direct-get reply (the server writes ``Nats-Sequence: N``)."""
+    value = m.raw_header(b"\r\nNats-Sequence: ")
+    return int(value) if value else 0
 
 
 def _js_error(msg: Msg) -> dict | None:
@@ -159,7 +168,8 @@ class NatsBackend(Backend):
             connect_timeout=config.connect_timeout_ms / 1000,
             request_timeout=config.request_timeout_ms / 1000,
         )
-        self._topics: dict[str, tuple[TopicInfo, float]] = {}
+        self._topics: dict[str, tuple[TopicInfo, tuple[str, ...], float]] = {}
+        self._last_seq: dict[tuple[str, int], int] = {}  # last stream sequence we know of
         self._kv_ready = False
         self._kv_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
@@ -195,8 +205,15 @@ class NatsBackend(Backend):
         }
 
     # ------------------------------------------------------------------ names
-    def stream_name(self, topic: str, partition: int) -> str:
-        return f"{self.config.stream_prefix}_{enc(topic)}_{partition}"
+    def stream_name(self, topic: str, partition: int, incarnation: str | None = None) -> str:
+        """``GW_<enc(topic)>_<partition>_<incarnation>``: the incarnation (random, kept in the
+        topic registry) makes a re-created topic or partition a new stream, never the old one."""
+        if incarnation is None:
+            cached = self._topics.get(topic)
+            ids = cached[1] if cached is not None else ()
+            incarnation = ids[partition] if 0 <= partition < len(ids) else ""
+        suffix = f"_{incarnation}" if incarnation else ""
+        return f"{self.config.stream_prefix}_{enc(topic)}_{partition}{suffix}"
 
     def subject(self, topic: str, partition: int) -> str:
         return f"{self.config.subject_prefix}.{enc(topic)}.{partition}"
@@ -222,9 +239,11 @@ class NatsBackend(Backend):
             raise unavailable(f"{what}: JetStream unavailable: {err.get('description')}")
         raise GatewayError(ErrorCode.INTERNAL, f"{what}: JetStream error {err}")
 
-    def _stream_config(self, topic: str, partition: int, config: dict[str, str]) -> dict:
+    def _stream_config(
+        self, topic: str, partition: int, incarnation: str, config: dict[str, str]
+    ) -> dict:
         cfg: dict[str, Any] = {
-            "name": self.stream_name(topic, partition),
+            "name": self.stream_name(topic, partition, incarnation),
             "subjects": [self.subject(topic, partition)],
             "retention": "limits",
             "discard": "old",
@@ -232,6 +251,7 @@ class NatsBackend(Backend):
             "num_replicas": self.config.replicas,
             "allow_direct": True,
             "allow_atomic": True,
+            "duplicate_window": 5_000_000_000,  # 5 s: only the append chains use message ids
             "metadata": {"gw.topic": topic, "gw.partition": str(partition)},
         }
         if "retention_ms" in config:
@@ -240,23 +260,35 @@ class NatsBackend(Backend):
             cfg["max_bytes"] = int(config["retention_bytes"])
         return cfg
 
-    async def _create_stream(self, topic: str, partition: int, config: dict[str, str]) -> None:
-        cfg = self._stream_config(topic, partition, config)
-        data = await self._api(f"$JS.API.STREAM.CREATE.{cfg['name']}", cfg)
-        err = data.get("error")
-        if err is None:
-            return
-        if err.get("err_code") == JS_STREAM_NAME_IN_USE:
-            # left over from an interrupted delete: replace it
-            await self._delete_stream(topic, partition)
+    async def _create_stream(
+        self, topic: str, partition: int, incarnation: str, config: dict[str, str]
+    ) -> None:
+        """Create the partition's stream. Its subject may still belong to a stream nobody
+        registered: one being created by another gateway right now (then wait for its
+        registration: TOPIC_EXISTS), or one left by an interrupted create or delete (removed)."""
+        cfg = self._stream_config(topic, partition, incarnation, config)
+        for attempt in range(2):
             data = await self._api(f"$JS.API.STREAM.CREATE.{cfg['name']}", cfg)
             err = data.get("error")
             if err is None:
                 return
-        self._raise_js(err, f"creating stream {cfg['name']}")
+            if err.get("err_code") != JS_SUBJECT_OVERLAP or attempt:
+                self._raise_js(err, f"creating stream {cfg['name']}")
+            with trio.move_on_after(2.0):
+                while True:
+                    info, ids, _ = await self._load_topic(topic)
+                    if info is not None and partition < info.partitions:
+                        raise GatewayError(
+                            ErrorCode.TOPIC_EXISTS, f"topic {topic!r} already exists"
+                        )
+                    await trio.sleep(0.05)
+            names = await self._api("$JS.API.STREAM.NAMES", {"subject": cfg["subjects"][0]})
+            for orphan in names.get("streams") or ():
+                await self._api(f"$JS.API.STREAM.DELETE.{orphan}")
 
-    async def _delete_stream(self, topic: str, partition: int) -> None:
-        name = self.stream_name(topic, partition)
+    async def _delete_stream(self, topic: str, partition: int, incarnation: str) -> None:
+        self._last_seq.pop((topic, partition), None)
+        name = self.stream_name(topic, partition, incarnation)
         data = await self._api(f"$JS.API.STREAM.DELETE.{name}")
         err = data.get("error")
         if err is not None and err.get("err_code") != JS_STREAM_NOT_FOUND:
@@ -358,26 +390,26 @@ class NatsBackend(Backend):
         return out
 
     # ------------------------------------------------------------------ topics
-    async def _load_topic(self, name: str) -> tuple[TopicInfo | None, int]:
+    async def _load_topic(self, name: str) -> tuple[TopicInfo | None, tuple[str, ...], int]:
+        """(info, stream incarnations, registry revision) from the key-value bucket."""
         raw, rev = await self._kv_get_rev(TOPICS_NS, name)
         if raw is None:
             self._topics.pop(name, None)
-            return None, rev
-        data = json.loads(raw)
-        info = TopicInfo(name, int(data["partitions"]), tuple(tuple(kv) for kv in data["config"]))
-        self._topics[name] = (info, trio.current_time())
-        return info, rev
+            return None, (), rev
+        info, ids = _registry_entry(name, raw)
+        self._topics[name] = (info, ids, trio.current_time())
+        return info, ids, rev
 
     async def _info(self, name: str, partition: int | None = None) -> TopicInfo:
         """The topic (cached for ``topic_cache_ms``; reloaded when ``partition`` is beyond the
         cached count). Raises UNKNOWN_TOPIC / UNKNOWN_PARTITION."""
         cached = self._topics.get(name)
         if cached is not None:
-            info, at = cached
+            info, _, at = cached
             fresh = trio.current_time() - at < self.config.topic_cache_ms / 1000
             if fresh and (partition is None or 0 <= partition < info.partitions):
                 return info
-        info, _ = await self._load_topic(name)
+        info, _, _ = await self._load_topic(name)
         if info is None:
             raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
         if partition is not None and not 0 <= partition < info.partitions:
@@ -396,89 +428,94 @@ class NatsBackend(Backend):
             return exc
         return unavailable(f"stream {self.stream_name(topic, partition)} is not available")
 
-    async def create_topic(
-        self, name: str, partitions: int, config: tuple[tuple[str, str], ...] = ()
-    ) -> TopicInfo:
-        check_topic_name(name)
-        check_partitions(partitions)
-        existing, rev = await self._load_topic(name)
-        if existing is not None:
-            raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
-        cfg = dict(config)
-        for p in range(partitions):
-            await self._create_stream(name, p, cfg)
-        value = json.dumps({"partitions": partitions, "config": [list(kv) for kv in config]})
-        try:
-            # rev is 0, or the revision of the purge marker a deleted topic left behind
-            await self._kv_publish(
-                TOPICS_NS, name, value.encode(), {"Nats-Expected-Last-Subject-Sequence": str(rev)}
-            )
-        except _Conflict:
-            raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists") from None
-        info = TopicInfo(name, partitions, tuple(config))
-        self._topics[name] = (info, trio.current_time())
-        return info
-
-    async def delete_topic(self, name: str) -> None:
-        info, _ = await self._load_topic(name)
-        if info is None:
-            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
-        for p in range(info.partitions):
-            await self._delete_stream(name, p)
-        await self.kv_delete(TOPICS_NS, name)
-        self._topics.pop(name, None)
-
-    async def list_topics(self) -> list[TopicInfo]:
-        out = []
-        for name, raw in await self.kv_scan(TOPICS_NS):
-            data = json.loads(raw)
-            out.append(
-                TopicInfo(name, int(data["partitions"]), tuple(tuple(kv) for kv in data["config"]))
-            )
-        return out
-
-    async def topic(self, name: str) -> TopicInfo:
-        return await self._info(name)
-
-    async def _set_partitions(self, name: str, count: int) -> TopicInfo:
-        """Compare-and-set the registered partition count; returns the old info."""
-        info, rev = await self._load_topic(name)
-        if info is None:
-            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
-        value = json.dumps({"partitions": count, "config": [list(kv) for kv in info.config]})
+    async def _register(
+        self, name: str, info: TopicInfo, ids: tuple[str, ...], expected_rev: int, conflict: str
+    ) -> None:
+        value = json.dumps(
+            {
+                "partitions": info.partitions,
+                "config": [list(kv) for kv in info.config],
+                "ids": list(ids),
+            }
+        )
         try:
             await self._kv_publish(
                 TOPICS_NS,
                 name,
                 value.encode(),
-                {"Nats-Expected-Last-Subject-Sequence": str(rev)},
+                {"Nats-Expected-Last-Subject-Sequence": str(expected_rev)},
             )
         except _Conflict:
-            raise GatewayError(
-                ErrorCode.INVALID_PARTITIONS, f"topic {name!r} changed concurrently; try again"
-            ) from None
-        self._topics[name] = (TopicInfo(name, count, info.config), trio.current_time())
+            code = ErrorCode.TOPIC_EXISTS if conflict == "exists" else ErrorCode.INVALID_PARTITIONS
+            message = (
+                f"topic {name!r} already exists"
+                if conflict == "exists"
+                else f"topic {name!r} changed concurrently; try again"
+            )
+            raise GatewayError(code, message) from None
+        self._topics[name] = (info, ids, trio.current_time())
+
+    async def create_topic(
+        self, name: str, partitions: int, config: tuple[tuple[str, str], ...] = ()
+    ) -> TopicInfo:
+        check_topic_name(name)
+        check_partitions(partitions)
+        existing, _, rev = await self._load_topic(name)
+        if existing is not None:
+            raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
+        cfg = dict(config)
+        ids = tuple(os.urandom(4).hex() for _ in range(partitions))
+        info = TopicInfo(name, partitions, tuple(config))
+        try:
+            for p in range(partitions):
+                await self._create_stream(name, p, ids[p], cfg)
+            # rev is 0, or the revision of the purge marker a deleted topic left behind
+            await self._register(name, info, ids, rev, "exists")
+        except GatewayError as exc:
+            if exc.code is ErrorCode.TOPIC_EXISTS:  # another gateway won: drop our streams
+                for p in range(partitions):
+                    await self._delete_stream(name, p, ids[p])
+            raise
         return info
 
+    async def delete_topic(self, name: str) -> None:
+        info, ids, _ = await self._load_topic(name)
+        if info is None:
+            raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        await self.kv_delete(TOPICS_NS, name)
+        self._topics.pop(name, None)
+        for p in range(info.partitions):
+            await self._delete_stream(name, p, ids[p] if p < len(ids) else "")
+
+    async def list_topics(self) -> list[TopicInfo]:
+        return [_registry_entry(name, raw)[0] for name, raw in await self.kv_scan(TOPICS_NS)]
+
+    async def topic(self, name: str) -> TopicInfo:
+        return await self._info(name)
+
     async def create_partitions(self, name: str, count: int) -> TopicInfo:
-        info, _ = await self._load_topic(name)
+        info, ids, rev = await self._load_topic(name)
         if info is None:
             raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
         check_partitions(info.partitions + count)
-        for p in range(info.partitions, info.partitions + count):
-            await self._create_stream(name, p, dict(info.config))
-        await self._set_partitions(name, info.partitions + count)
-        return TopicInfo(name, info.partitions + count, info.config)
+        new_ids = tuple(os.urandom(4).hex() for _ in range(count))
+        for i, p in enumerate(range(info.partitions, info.partitions + count)):
+            await self._create_stream(name, p, new_ids[i], dict(info.config))
+        grown = TopicInfo(name, info.partitions + count, info.config)
+        await self._register(name, grown, ids + new_ids, rev, "changed")
+        return grown
 
     async def delete_partitions(self, name: str, count: int) -> TopicInfo:
-        info, _ = await self._load_topic(name)
+        info, ids, rev = await self._load_topic(name)
         if info is None:
             raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
         check_partitions(info.partitions - count)
-        old = await self._set_partitions(name, info.partitions - count)
-        for p in range(info.partitions - count, old.partitions):
-            await self._delete_stream(name, p)
-        return TopicInfo(name, info.partitions - count, info.config)
+        keep = info.partitions - count
+        shrunk = TopicInfo(name, keep, info.config)
+        await self._register(name, shrunk, ids[:keep], rev, "changed")
+        for p in range(keep, info.partitions):
+            await self._delete_stream(name, p, ids[p] if p < len(ids) else "")
+        return shrunk
 
     # ------------------------------------------------------------------ data
     async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
@@ -487,8 +524,65 @@ class NatsBackend(Backend):
         if not records:
             part = await self.partition_info(topic, partition)
             return AppendResult(partition, part.high_watermark, part.high_watermark - 1)
-        subject = self.subject(topic, partition)
         now = now_us()
+        if len(records) > 1:
+            for _ in range(2):
+                result = await self._append_chained(topic, partition, records, now)
+                if result is not None:
+                    return result
+        return await self._append_atomic(topic, partition, records, now)
+
+    async def _append_chained(
+        self, topic: str, partition: int, records: Sequence[Record], now: int
+    ) -> AppendResult | None:
+        """The fast path: plain publishes forming a chain (each message expects the previous
+        one's ``Nats-Msg-Id`` as the stream's last, the first expects the last sequence we saw),
+        and a reply on the last only. A chain that breaks anywhere (another writer in between,
+        a refusal) fails every later message, so an acknowledged last message proves the whole
+        batch is stored contiguously. None: the chain broke (nothing acknowledged; a stored
+        prefix is an unacknowledged duplicate, as after any retry); the caller falls back."""
+        key = (topic, partition)
+        last = self._last_seq.get(key)
+        if last is None:
+            _, last = await self._stream_state(topic, partition)
+        subject = self.subject(topic, partition)
+        chain = os.urandom(6).hex()
+        frames: list[tuple[str, bytes, bytes]] = []
+        for i, r in enumerate(records):
+            ts = r.timestamp_us if r.timestamp_us >= 0 else now
+            head = record_headers(r, ts)
+            if i:
+                extra = (
+                    f"Nats-Msg-Id: {chain}.{i}\r\nNats-Expected-Last-Msg-Id: {chain}.{i - 1}\r\n"
+                )
+            else:
+                extra = f"Nats-Msg-Id: {chain}.0\r\nNats-Expected-Last-Sequence: {last}\r\n"
+            frames.append((subject, r.value or b"", head[:10] + extra.encode() + head[10:]))
+        n = len(frames)
+        need_reply = [False] * n
+        need_reply[-1] = True
+        (reply,) = await self.client.request_many(frames, need_reply=need_reply)
+        if reply.status == STATUS_NO_RESPONDERS:
+            raise await self._stream_missing(topic, partition)
+        data = json.loads(reply.payload)
+        err = data.get("error")
+        if err is not None:
+            self._last_seq.pop(key, None)
+            if err.get("err_code") in (JS_WRONG_LAST_SEQUENCE, JS_WRONG_LAST_MSG_ID):
+                return None
+            self._raise_js(err, f"append to {topic}/{partition}")
+        seq = int(data["seq"])
+        if seq != last + n:  # cannot happen while the chain holds; do not trust it
+            self._last_seq.pop(key, None)
+            return None
+        self._last_seq[key] = seq
+        return AppendResult(partition, last, seq - 1, now)
+
+    async def _append_atomic(
+        self, topic: str, partition: int, records: Sequence[Record], now: int
+    ) -> AppendResult:
+        """JetStream atomic batches of ``max_batch`` (single records: one publish)."""
+        subject = self.subject(topic, partition)
         frames: list[tuple[str, bytes, bytes]] = []
         need_reply: list[bool] = []
         size = self.config.max_batch
@@ -519,6 +613,7 @@ class NatsBackend(Backend):
             data = json.loads(reply.payload)
             err = data.get("error")
             if err is not None:
+                self._last_seq.pop((topic, partition), None)
                 if base >= 0:
                     raise GatewayError(
                         ErrorCode.BACKEND_UNAVAILABLE,
@@ -531,6 +626,7 @@ class NatsBackend(Backend):
             if base < 0:
                 base = seq - count
             last_offset = seq - 1
+        self._last_seq[(topic, partition)] = last_offset + 1
         return AppendResult(partition, base, last_offset, now)
 
     async def _stream_state(self, topic: str, partition: int) -> tuple[int, int]:
@@ -582,7 +678,7 @@ class NatsBackend(Backend):
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
             )
-        first_seq = int(data[0].header("Nats-Sequence", "0") or 0)
+        first_seq = msg_seq(data[0])
         if first_seq != offset + 1:
             start, hw = await self._stream_state(topic, partition)
             raise GatewayError(
@@ -605,11 +701,18 @@ class NatsBackend(Backend):
             if not data:
                 break
             for m in data:
-                seq = int(m.header("Nats-Sequence", "0") or 0)
+                seq = msg_seq(m)
                 if msg_record(m, seq - 1).timestamp_us >= timestamp_us:
                     return seq - 1
-            offset = int(data[-1].header("Nats-Sequence", "0") or 0)
+            offset = msg_seq(data[-1])
         return hw
+
+
+def _registry_entry(name: str, raw: bytes) -> tuple[TopicInfo, tuple[str, ...]]:
+    data = json.loads(raw)
+    count = int(data["partitions"])
+    ids = tuple(data.get("ids", ())) or ("",) * count
+    return TopicInfo(name, count, tuple(tuple(kv) for kv in data["config"])), ids
 
 
 class _Conflict(Exception):

@@ -24,20 +24,52 @@ class NatsProtocolError(Exception):
     """The server sent something that is not the NATS protocol."""
 
 
-@dataclass(slots=True)
 class Msg:
-    subject: str
-    sid: int
-    reply: str
-    payload: bytes
-    headers: dict[str, str] | None = None
-    status: int = 0  # from the header block's status line (0: none)
-    description: str = ""
+    """A message. Its header block is kept raw and parsed only when asked (``headers``), so a
+    reader that needs two headers of a message (``raw_header``) builds no dict per message."""
+
+    __slots__ = ("subject", "sid", "reply", "payload", "raw", "status", "description", "_h")
+
+    def __init__(
+        self,
+        subject: str,
+        sid: int,
+        reply: str,
+        payload: bytes,
+        raw: bytes = b"",
+        status: int = 0,
+        description: str = "",
+    ) -> None:
+        self.subject = subject
+        self.sid = sid
+        self.reply = reply
+        self.payload = payload
+        self.raw = raw
+        self.status = status
+        self.description = description
+        self._h: dict[str, str] | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self._h is None:
+            self._h = parse_headers(self.raw)[2] if self.raw else {}
+        return self._h
 
     def header(self, name: str, default: str | None = None) -> str | None:
-        if self.headers is None:
-            return default
         return self.headers.get(name, default)
+
+    def raw_header(self, marker: bytes) -> bytes | None:
+        """The value of the header whose ``b"\\r\\nName: "`` is ``marker`` (written by us, so
+        exactly one space), or None."""
+        raw = self.raw
+        i = raw.find(marker)
+        if i < 0:
+            return None
+        i += len(marker)
+        return raw[i : raw.find(b"\r\n", i)]
+
+    def __repr__(self) -> str:
+        return f"Msg({self.subject!r}, status={self.status}, {len(self.payload)} bytes)"
 
 
 @dataclass(slots=True)
@@ -72,29 +104,33 @@ _PONG = Pong()
 _OK = Ok()
 
 
+def parse_status(block: bytes) -> tuple[int, str, int]:
+    """(status, description, end of the first line) of a header block."""
+    if not block.startswith(b"NATS/1.0"):
+        raise NatsProtocolError(f"bad header block start {block[:40]!r}")
+    eol = block.find(b"\r\n")
+    if eol < 0:
+        raise NatsProtocolError("header block without a line end")
+    rest = block[8:eol].strip()
+    if not rest:
+        return 0, "", eol
+    code, _, desc = rest.partition(b" ")
+    try:
+        return int(code), desc.decode("utf-8", "replace"), eol
+    except ValueError as exc:
+        raise NatsProtocolError(f"bad status {code!r}") from exc
+
+
 def parse_headers(block: bytes) -> tuple[int, str, dict[str, str]]:
     """(status, description, headers) of a header block (which ends with an empty line)."""
-    lines = block.decode("utf-8", "replace").split("\r\n")
-    first = lines[0]
-    if not first.startswith("NATS/1.0"):
-        raise NatsProtocolError(f"bad header block start {first[:40]!r}")
-    status = 0
-    description = ""
-    rest = first[8:].strip()
-    if rest:
-        code, _, description = rest.partition(" ")
-        try:
-            status = int(code)
-        except ValueError as exc:
-            raise NatsProtocolError(f"bad status {code!r}") from exc
+    status, description, eol = parse_status(block)
     headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise NatsProtocolError(f"bad header line {line[:40]!r}")
-        headers[name.strip()] = value.strip()
+    for line in block[eol + 2 :].decode("utf-8", "replace").split("\r\n"):
+        if line:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise NatsProtocolError(f"bad header line {line[:40]!r}")
+            headers[name.strip()] = value.strip()
     return status, description, headers
 
 
@@ -158,7 +194,11 @@ class ClientParser:
                 start = end + 2
                 if len(buf) < start + n + 2:
                     return out
-                status, description, headers = parse_headers(bytes(buf[start : start + hn]))
+                raw = bytes(buf[start : start + hn])
+                status = 0
+                description = ""
+                if raw[8:10] != b"\r\n":  # a status line: "NATS/1.0 503[ text]"
+                    status, description, _ = parse_status(raw)
                 payload = bytes(buf[start + hn : start + n])
                 self._pos = start + n + 2
                 out.append(
@@ -167,7 +207,7 @@ class ClientParser:
                         int(sid),
                         reply.decode(),
                         payload,
-                        headers,
+                        raw,
                         status,
                         description,
                     )
