@@ -150,3 +150,28 @@ def test_fetch_compression_readable_by_real_clients(tmp_path, codec: str) -> Non
     assert out["records"] == [
         [i, (b"key-%d" % i).hex(), (b"value-%d" % i).hex()] for i in range(300)
     ]
+
+
+def test_kafka_python_keyed_over_three_partitions_and_acks_0(tmp_path) -> None:
+    """Topics auto-created with 3 partitions: kafka-python's own key partitioner spreads the
+    messages (Metadata with several partitions), one Fetch asks for all three; acks 0 (no
+    answers at all) loses nothing."""
+    with GatewayProcess(
+        tmp_path, listeners={"kafka08": {}}, server={"default_partitions": 3}
+    ) as gw:
+        port = gw.address("kafka08")[1]
+        for acks in (1, 0):
+            out = run_client(
+                "kafka-python-3",
+                "kafka_python_client.py",
+                {"port": port, "api_version": [0, 8, 2], "topic": f"three-{acks}", "count": 300,
+                 "acks": acks, "partitions": 3, "expect": 300},
+            )  # fmt: skip
+            assert out["partitions_used"] == [0, 1, 2]
+            got = sorted(out["records"], key=lambda r: int(bytes.fromhex(r[2])[4:]))
+            assert [(r[2], r[3]) for r in got] == [
+                ((b"key-%d" % i).hex(), (b"value-%d" % i).hex()) for i in range(300)
+            ]
+            for p in range(3):  # dense offsets per partition, in order
+                offsets = [r[1] for r in out["records"] if r[0] == p]
+                assert offsets == list(range(len(offsets)))

@@ -1,10 +1,11 @@
 """Driven by the kafka08 tests, run by the python of a kafka-python venv (3.0.12 or 2.3.3).
 
-argv[1] is a JSON object: port, api_version (a list or null), topic, count, group, compression.
-Produces ``count`` keyed messages to partition 0 (acks 1), consumes the partition from the
-beginning (unless ``expect`` is 0), commits the position (when ``group``) and reads the
-committed offset back (and the one found before consuming). Prints one
-JSON object: the records consumed (hex), the committed offset.
+argv[1] is a JSON object: port, api_version (a list or null), topic, count, group, compression,
+acks (default 1), partitions (default 1: everything on partition 0; more: the client's own key
+partitioner spreads the messages). Produces ``count`` keyed messages, consumes the partitions
+from the beginning (unless ``expect`` is 0), commits the position (when ``group``) and reads the
+committed offset back (and the one found before consuming). Prints one JSON object: the records
+consumed (hex), the committed offsets.
 """
 
 import json
@@ -22,18 +23,20 @@ if args.get("count"):
     producer = KafkaProducer(
         bootstrap_servers=bootstrap,
         api_version=api,
-        acks=1,
+        acks=args.get("acks", 1),
         request_timeout_ms=10000,
         max_block_ms=15000,
         compression_type=args.get("compression"),
         linger_ms=5,
     )
+    partition = 0 if args.get("partitions", 1) == 1 else None
     futures = [
-        producer.send(topic, key=b"key-%d" % i, value=b"value-%d" % i, partition=0)
+        producer.send(topic, key=b"key-%d" % i, value=b"value-%d" % i, partition=partition)
         for i in range(args["count"])
     ]
     producer.flush(30)
     out["produced"] = [f.get(timeout=30).offset for f in futures]
+    out["partitions_used"] = sorted({f.get(timeout=30).partition for f in futures})
     producer.close()
 
 group = args.get("group")
@@ -45,16 +48,18 @@ consumer = KafkaConsumer(
     consumer_timeout_ms=args.get("consumer_timeout_ms", 3000),
     enable_auto_commit=False,
 )
-tp = TopicPartition(topic, 0)
-consumer.assign([tp])
+tps = [TopicPartition(topic, p) for p in range(args.get("partitions", 1))]
+tp = tps[0]
+consumer.assign(tps)
 if group:
     out["committed_before"] = consumer.committed(tp)
 want = args.get("expect")
 records = []
 if want != 0:
-    consumer.seek_to_beginning(tp)
+    consumer.seek_to_beginning(*tps)
     for msg in consumer:
-        records.append([msg.offset, None if msg.key is None else msg.key.hex(), msg.value.hex()])
+        row = [msg.offset, None if msg.key is None else msg.key.hex(), msg.value.hex()]
+        records.append(row if len(tps) == 1 else [msg.partition, *row])
         if want is not None and len(records) >= want:
             break
     if group:
