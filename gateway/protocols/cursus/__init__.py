@@ -19,8 +19,9 @@ class CursusListenerConfig(ListenerConfig):
     port: int = 9000
     max_frame_bytes: int = 64 * MiB
     compression: str = "none"
-    """Broker-wide compression of every incoming frame body: ``none`` or ``gzip``. Replies are
-    never compressed. Clients must use the same setting (there is no per-frame flag)."""
+    """Broker-wide compression of every incoming frame body: ``none``, ``gzip``, ``snappy``
+    (go-xerial-snappy: xerial framing or a raw block) or ``lz4`` (LZ4 frame). Replies are never
+    compressed. Clients must use the same setting (there is no per-frame flag)."""
     fetch_offset_reply: str = "ok"
     """FETCH_OFFSET reply format: ``ok`` = ``OK offset=N`` (cursus-client 0.1.1, the newer broker);
     ``integer`` = a plain ``N`` (the April 2026 broker, Java SDK, April Python SDK)."""

@@ -16,7 +16,6 @@ import gzip
 import json
 import struct
 import sys
-import zlib
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -114,28 +113,64 @@ class FrameBuffer:
 
 # ----------------------------------------------------------------------------- compression
 
-COMPRESSIONS = ("none", "gzip")
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4")
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _unsnappy(body: bytes) -> bytes:
+    """eapache/go-xerial-snappy ``Decode`` (the broker's): the xerial framing (16-byte header,
+    then u32 BE length + raw snappy block, repeated) when the magic is there, else one raw block."""
+    import cramjam
+
+    if body[:8] != XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(body))
+    out, pos = [], 16
+    while pos < len(body):
+        if pos + 4 > len(body):
+            raise ValueError("truncated xerial chunk length")
+        (size,) = _U32_AT(body, pos)
+        pos += 4
+        if pos + size > len(body):
+            raise ValueError("truncated xerial chunk")
+        out.append(bytes(cramjam.snappy.decompress_raw(body[pos : pos + size])))
+        pos += size
+    return b"".join(out)
 
 
 def decompress(body: bytes, compression: str) -> bytes:
-    """Undo the broker-wide incoming compression (section 2). Raises RemoteProtocolError."""
+    """Undo the broker-wide incoming compression (section 2): gzip; snappy as the broker's
+    go-xerial-snappy reads it (xerial framing or a raw block); lz4 as pierrec/lz4 v4 writes it
+    (the LZ4 frame format). Raises RemoteProtocolError."""
     if compression in ("none", ""):
         return body
-    if compression == "gzip":
-        try:
+    try:
+        if compression == "gzip":
             return gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise RemoteProtocolError(
-                f"gzip decompression failed: {exc}", "bad_compression"
-            ) from exc
+        if compression == "snappy":
+            return _unsnappy(body)
+        if compression == "lz4":
+            import cramjam
+
+            return bytes(cramjam.lz4.decompress(body))
+    except Exception as exc:  # every library has its own error types
+        raise RemoteProtocolError(
+            f"{compression} decompression failed: {exc}", "bad_compression"
+        ) from exc
     raise LocalProtocolError(f"unsupported compression {compression!r}")
 
 
 def compress(body: bytes, compression: str) -> bytes:
+    """Client role: what the broker's ``CompressMessage`` produces (snappy: a raw block)."""
     if compression in ("none", ""):
         return body
     if compression == "gzip":
         return gzip.compress(body)
+    import cramjam
+
+    if compression == "snappy":
+        return bytes(cramjam.snappy.compress_raw(body))
+    if compression == "lz4":
+        return bytes(cramjam.lz4.compress(body))
     raise LocalProtocolError(f"unsupported compression {compression!r}")
 
 

@@ -334,3 +334,31 @@ def test_uniform_batch_cut_short_still_reports_the_go_error():
     with pytest.raises(BatchDecodeError) as exc:
         codec.decode_batch(body[:-1])
     assert str(exc.value) == "failed to read message[2] metadata: EOF"
+
+
+@pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4"])
+def test_incoming_compression_round_trip(compression):
+    body = codec.encode_batch(codec.make_batch("t", 0, uniform(50)))
+    packed = codec.compress(body, compression)
+    assert packed != body and codec.decompress(packed, compression) == body
+    with pytest.raises(RemoteProtocolError) as exc:
+        codec.decompress(b"\x00\x05LIST plain", compression)
+    assert exc.value.kind == "bad_compression"
+
+
+def test_xerial_framed_snappy_is_read_like_go_xerial_snappy():
+    import cramjam
+
+    data = b"JOIN_GROUP topic=t group=g member=m" * 50
+    chunks = [data[:700], data[700:]]
+    framed = (
+        codec.XERIAL_MAGIC
+        + b"\x00\x00\x00\x01\x00\x00\x00\x01"
+        + b"".join(
+            struct.pack(">I", len(c)) + bytes(c)
+            for c in (cramjam.snappy.compress_raw(chunk) for chunk in chunks)
+        )
+    )
+    assert codec.decompress(framed, "snappy") == data
+    with pytest.raises(RemoteProtocolError):
+        codec.decompress(framed[:-3], "snappy")

@@ -149,3 +149,26 @@ async def test_two_members_share_the_partitions(tmp_path):
             assert parts_a and parts_b and not parts_a & parts_b
             assert parts_a | parts_b == {0, 1, 2, 3}
             assert st["generation"] >= 2
+
+
+async def test_gzip_producer_against_a_gzip_listener(tmp_path):
+    async with cursus_gateway(tmp_path, compression="gzip") as (host, port):
+        # the client sends its CREATE and METADATA uncompressed (the listener drops them, as
+        # the broker does): the topic has to exist already
+        async with await CursusClient.connect(host, port, compression="gzip") as c:
+            assert await c.text("CREATE topic=z partitions=1") == "Topic 'z' now has 1 partitions"
+        pc = ProducerConfig(
+            brokers=[f"{host}:{port}"], topic="z", partitions=1, acks=Acks.ONE, batch_size=10,
+            linger_ms=5, compression_type="gzip",
+        )  # fmt: skip
+
+        def run() -> int:
+            with Producer(pc) as p:
+                for i in range(10):
+                    p.send(f"z-{i}")
+                p.flush()
+                return p.unique_ack_count
+
+        assert await trio.to_thread.run_sync(run) == 10
+        async with await CursusClient.connect(host, port, compression="gzip") as c:
+            assert '"hwm": 10' in await c.text("DESCRIBE topic=z")
