@@ -26,8 +26,14 @@ def topic(prefix: str) -> str:
         ("kafka-python-3", [0, 8, 2]),  # 3.0.12 needs the explicit 0.8.2 setting
         ("kafka-python-2", None),  # 2.3.3 in auto mode (ApiVersions path, magic-1 messages)
         ("kafka-python-3", None),  # 3.0.12 auto: ApiVersions v4 -> 35 -> v3 -> the 0.8 table
+        ("kafka-python-3", [0, 8, 1]),  # OffsetCommit/OffsetFetch v0 on the broker connection
     ],
-    ids=["kafka-python-3.0.12-0.8.2", "kafka-python-2.3.3-auto", "kafka-python-3.0.12-auto"],
+    ids=[
+        "kafka-python-3.0.12-0.8.2",
+        "kafka-python-2.3.3-auto",
+        "kafka-python-3.0.12-auto",
+        "kafka-python-3.0.12-0.8.1",
+    ],
 )
 def test_kafka_python_produce_consume_commit(
     gateway: GatewayProcess, venv: str, api_version: list[int] | None
