@@ -463,15 +463,13 @@ class IggySession:
                 c.Status.CONSUMER_GROUP_MEMBER_NOT_FOUND,
                 f"client {self.client.client_id} is not a member of group {g.id}",
             )
-        member_id = await self._join(g, t.canonical, membership[0], membership[1])
         for _ in range(3):
-            joined = await self.core.execute(
-                JoinGroup(g.name, tuple(sorted(membership[1])), member_id, GROUP_SESSION_TIMEOUT_MS)
-            )
+            member_id, generation = await self._join(g, membership[0], membership[1])
             try:
-                synced = await self.core.execute(SyncGroup(g.name, member_id, joined.generation))
+                synced = await self.core.execute(SyncGroup(g.name, member_id, generation))
             except GatewayError as exc:
                 if exc.code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS):
+                    membership = self.memberships[g.name]
                     continue
                 raise
             return [p for topic, p in synced.assignment.partitions if topic == t.canonical]
@@ -597,7 +595,9 @@ class IggySession:
             await self._leave(g, t)
         await self.registry.delete_group(g)
 
-    async def _join(self, g: GroupEntry, canonical: str, member_id: str, topics: set[str]) -> str:
+    async def _join(self, g: GroupEntry, member_id: str, topics: set[str]) -> tuple[str, int]:
+        """Join (or refresh) this connection's member of ``g`` for ``topics``; (member id,
+        generation). A member the coordinator forgot joins again as a new one."""
         try:
             joined = await self.core.execute(
                 JoinGroup(g.name, tuple(sorted(topics)), member_id, GROUP_SESSION_TIMEOUT_MS)
@@ -614,13 +614,13 @@ class IggySession:
         self.memberships[g.name] = (joined.member_id, topics)
         self.state.member_client[joined.member_id] = self.client.client_id
         self.state.member_topics[joined.member_id] = topics
-        return joined.member_id
+        return joined.member_id, joined.generation
 
     async def join_group(self, req: c.JoinConsumerGroup) -> None:
         t, g = await self._group(req)
         member_id, topics = self.memberships.get(g.name, ("", set()))
         topics = set(topics) | {t.canonical}
-        await self._join(g, t.canonical, member_id, topics)
+        await self._join(g, member_id, topics)
         self.client.groups.add((g.id, t.id, t.stream_id))
 
     async def _leave(self, g: GroupEntry, t: TopicEntry) -> None:
@@ -628,7 +628,7 @@ class IggySession:
         topics = set(topics) - {t.canonical}
         self.client.groups.discard((g.id, t.id, t.stream_id))
         if topics:
-            await self._join(g, t.canonical, member_id, topics)
+            await self._join(g, member_id, topics)
             return
         del self.memberships[g.name]
         self.state.member_client.pop(member_id, None)
