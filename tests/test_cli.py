@@ -63,3 +63,34 @@ def test_consume_unknown_topic_is_a_clear_error(tmp_path) -> None:
         res = gateway("consume", "missing", "--from-beginning", "--config", str(gw.config_path))
         assert res.returncode == 1
         assert "missing" in res.stderr
+
+
+def embedded_config(tmp_path) -> str:
+    path = tmp_path / "direct.toml"
+    path.write_text(
+        f'[server]\ndata_dir = "{tmp_path / "data"}"\n'
+        "[admin]\nport = 1\n"  # nothing answers there: the CLI opens the backend itself
+        '[backends.default]\ntype = "embedded"\n'
+    )
+    return str(path)
+
+
+def test_commands_open_the_embedded_log_directly_without_a_gateway(tmp_path) -> None:
+    cfg = embedded_config(tmp_path)
+    res = gateway("topics", "create", "direct", "--partitions", "2", "--config", cfg)
+    assert res.returncode == 0, res.stderr
+    assert gateway("topics", "list", "--config", cfg).stdout == "direct\t2\n"
+    res = gateway("produce", "direct", "--partition", "1", "--config", cfg, stdin="x\ny\n")
+    assert res.returncode == 0, res.stderr
+    res = gateway("consume", "direct", "--from-beginning", "--config", cfg)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "x\ny\n"  # only data on stdout, notices go to stderr
+
+
+def test_a_second_writer_gets_a_clear_lock_error(tmp_path) -> None:
+    cfg = embedded_config(tmp_path)
+    with GatewayProcess(tmp_path / "gw", backend="embedded",
+                        server={"data_dir": str(tmp_path / "data")}):
+        res = gateway("topics", "list", "--config", cfg)  # admin port 1: not the running one
+        assert res.returncode == 1
+        assert "lock" in res.stderr.lower() and str(tmp_path / "data") in res.stderr
