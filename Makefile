@@ -3,17 +3,24 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
 .PHONY: run test deps lint format bench clean
+
+$(STAMP_RUN): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(STAMP_RUN)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(STAMP_RUN)
 
-run: $(STAMP)
+run: $(STAMP_RUN)
 	$(BIN)/gateway serve --config config/gateway.toml
 
 deps:
