@@ -33,7 +33,7 @@ Buffer = bytes | bytearray | memoryview
 
 ENTRY = struct.Struct(">qiIbb")  # offset, message size, crc, magic, attributes
 ENTRY_KEY = struct.Struct(">qiIbbi")  # ... and the key length of a magic-0 message
-ENTRY_KV = struct.Struct(">qiIbbii")  # ... and the value length when the key is null
+ENTRY_KV = struct.Struct(">qiIHii")  # magic and attributes as one u16, key and value lengths
 OFFSET_SIZE = struct.Struct(">qi")
 ENTRY_HEAD = struct.Struct(">qiI")  # offset, message size, crc
 I32 = struct.Struct(">i")
@@ -85,7 +85,7 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
     # the hot loop: one unpack (offset, size, crc, magic, attributes, key length and, for a null
     # key, value length), one CRC, one canonical record header; keys and values are slices
     while pos + 26 <= n:
-        _, size, crc, magic, attrs, klen, vlen = unpack(view, pos)
+        _, size, crc, magic_attrs, klen, vlen = unpack(view, pos)
         end = pos + LOG_OVERHEAD + size
         if size < MIN_MESSAGE or size > limit or end > n:
             if size < MIN_MESSAGE:
@@ -97,6 +97,19 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
             )
         if crc32(view[pos + 16 : end]) != crc:
             raise InvalidMessageSet(f"CRC mismatch in the message at byte {pos}")
+        if not magic_attrs and klen == -1 and vlen == end - pos - 26 and plain:
+            # the common case (magic 0, uncompressed, no key, a value that fills the message)
+            if vlen != last_vlen or last_klen != -1:
+                header = rpack(now_us, -1, vlen, 0)
+                last_klen, last_vlen = -1, vlen
+            append(header)
+            if vlen:
+                append(view[pos + 26 : end])
+            count += 1
+            pos = end
+            continue
+        magic = magic_attrs >> 8
+        attrs = magic_attrs & 0xFF
         if magic == 0:
             p = pos + 22 + (klen if klen > 0 else 0)
             if klen >= 0:  # with a key, the value length follows it (else it came unpacked)
