@@ -88,7 +88,7 @@ def test_kafka_python_compressed_produce(gateway: GatewayProcess, compression: s
 # ------------------------------------------------------------------ kcat
 
 
-@pytest.mark.parametrize("codec", ["none", "gzip", "snappy"])
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
 def test_kcat_produce_consume(gateway: GatewayProcess, codec: str) -> None:
     t = topic(f"kcat-{codec}")
     bootstrap = f"127.0.0.1:{gateway.address('kafka08')[1]}"
