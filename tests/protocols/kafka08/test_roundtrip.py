@@ -3,6 +3,8 @@ codec and magic), the stored-block fetch path against the records path, framing 
 
 from __future__ import annotations
 
+import struct
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +13,7 @@ from gateway.model import Record, RecordBatch
 from gateway.protocols.kafka08 import codec as c
 from gateway.protocols.kafka08 import compression
 from gateway.protocols.kafka08.messageset import (
+    InvalidMessageSet,
     decode_message_set,
     encode_fetch,
     encode_message_set,
@@ -162,3 +165,54 @@ def test_framing_in_pieces(rs, cuts) -> None:
         while (req := server.next_request()) is not None:
             got.append(req.body.topics)
     assert got == [[f"t{i}"] for i in range(len(rs))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    api=st.sampled_from([0, 1, 2, 3, 8, 9, 10, 18]),
+    version=st.integers(0, 4),
+    body=st.binary(max_size=300),
+)
+def test_garbage_requests_raise_only_remote_protocol_errors(api, version, body) -> None:
+    """Whatever follows a valid header, decoding either works or raises RemoteProtocolError."""
+    payload = struct.pack(">hhih", api, version, 1, -1) + body
+    try:
+        req = c.decode_request(payload)
+    except c.RemoteProtocolError:
+        return
+    if api == 0:  # and the message sets inside either parse or are refused per partition
+        for t in req.body.topics:
+            for p in t.partitions:
+                try:
+                    parse_produce(p.message_set, now_us=1)
+                except InvalidMessageSet:
+                    pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(rs=records_st, flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)),
+                                     min_size=1, max_size=4))  # fmt: skip
+def test_corrupted_message_sets_are_refused_or_parse(rs, flips) -> None:
+    data = bytearray(encode_message_set(rs, codec=1 if len(rs) % 2 else 0))
+    for where, xor in flips:
+        data[where % len(data)] ^= xor
+    try:
+        batch = parse_produce(bytes(data), now_us=1)
+    except InvalidMessageSet:
+        return
+    batch.records  # noqa: B018 - whatever was accepted decodes
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    codec=st.sampled_from([1, 2, 3]),
+    prefix=st.sampled_from(
+        [b"", b"\x1f\x8b\x08", compression.XERIAL_HEADER, compression.LZ4_MAGIC]
+    ),
+    data=st.binary(max_size=200),
+)
+def test_garbage_compressed_payloads_raise_compression_error(codec, prefix, data) -> None:
+    try:
+        compression.decompress(codec, prefix + data)
+    except compression.CompressionError:
+        pass
