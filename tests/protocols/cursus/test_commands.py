@@ -57,7 +57,7 @@ async def test_topic_commands(client):
     )
     assert await c.text("DELETE topic=t1") == "\U0001f5d1\ufe0f Topic 't1' deleted"
     assert await c.text("DELETE topic=t1") == "topic 't1' not found"
-    assert await c.text("DELETE x") == "missing topic parameter. Expected: DELETE topic=<name>"
+    assert await c.text("DELETE x=1") == "missing topic parameter. Expected: DELETE topic=<name>"
     assert await c.text("LIST") == "t2"
     assert await c.text("LIST topic=x") == "ERROR: unknown command: LIST topic=x"
     assert await c.text("LIST_CLUSTER") == "ERROR: distribution not enabled"
@@ -395,3 +395,26 @@ async def test_unknown_and_malformed_commands(client, gw):
         assert await bare.read_frame() == b"(no topics)"
         await bare.stream.send_all(codec.frame(b"hello"))
         assert await bare.read_frame() is None
+
+
+async def test_positional_form_of_the_java_document(client):
+    c = client
+    assert await c.text("CREATE pos 2") == "Topic 'pos' now has 2 partitions"
+    member, generation, assignments = await join(c, "pos", "pg", "m")  # key=value still works
+    assert assignments == "[0 1]"
+    joined = await c.text("JOIN_GROUP pos pg n")
+    assert joined.startswith("OK generation=2 member=n-")
+    assert await c.text(f"SYNC_GROUP pos pg {member} 2") == "OK assignments=[0]"
+    assert await c.text(f"HEARTBEAT pos pg consumer {member} 2") == "OK"
+    assert await c.text(f"HEARTBEAT pos pg {member}") == "OK"
+    assert await c.text("COMMIT pos pg 0 7") == "OK"
+    assert await c.text("FETCH_OFFSET pos 0 pg") == "OK offset=7"
+    assert await c.text(f"BATCH_COMMIT pos pg {member} 2 P0:9") == "OK batched=1"
+    assert await c.text("FETCH_OFFSET pos 0 pg") == "OK offset=9"
+    assert (await c.consume("pos", 0, 0, member, group="pg")).count == 0
+    assert await c.text(f"CONSUME pos 0 0 {member}") != "ERROR: invalid CONSUME syntax"
+    assert await c.text("CONSUME pos 0 0") == "ERROR: invalid CONSUME syntax"  # no member
+    assert await c.text(f"LEAVE_GROUP pos pg {member}") == "\u2705 Left group 'pg'"
+    assert await c.text("DELETE pos") == "\U0001f5d1\ufe0f Topic 'pos' deleted"
+    # SUBSCRIBE is in the Java document only: the broker has no such command
+    assert await c.text("SUBSCRIBE pos pg") == "ERROR: malformed input - missing topic or payload"
