@@ -167,7 +167,7 @@ def test_framing_in_pieces(rs, cuts) -> None:
     assert got == [[f"t{i}"] for i in range(len(rs))]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     api=st.sampled_from([0, 1, 2, 3, 8, 9, 10, 18]),
     version=st.integers(0, 4),
@@ -189,7 +189,7 @@ def test_garbage_requests_raise_only_remote_protocol_errors(api, version, body) 
                     pass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(rs=records_st, flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)),
                                      min_size=1, max_size=4))  # fmt: skip
 def test_corrupted_message_sets_are_refused_or_parse(rs, flips) -> None:
@@ -203,7 +203,7 @@ def test_corrupted_message_sets_are_refused_or_parse(rs, flips) -> None:
     batch.records  # noqa: B018 - whatever was accepted decodes
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     codec=st.sampled_from([1, 2, 3]),
     prefix=st.sampled_from(

@@ -182,7 +182,7 @@ def test_sigterm_answers_the_long_poll_in_hand_then_closes(tmp_path) -> None:
         idle.call(3, 0, c.METADATA_REQUEST([]))
         polling = RawClient(gw.address("kafka08"))
         topic = new_topic(polling)
-        body = c.FETCH_REQUEST(-1, 2000, 1, [c.FETCH_TOPIC(topic, [c.FETCH_PARTITION(0, 0, 100)])])
+        body = c.FETCH_REQUEST(-1, 1000, 1, [c.FETCH_TOPIC(topic, [c.FETCH_PARTITION(0, 0, 100)])])
         polling.send(1, 0, body)
         result: list = []
         waiter = threading.Thread(target=lambda: result.append(polling.receive()))
