@@ -48,6 +48,8 @@ class ServerConfig:
     auto_create_topics: bool = True
     default_partitions: int = 1
     shutdown_grace_s: float = 10.0
+    max_topics: int = 10_000
+    max_partitions_per_topic: int = 10_000
 
     def validate(self) -> list[str]:
         problems = []

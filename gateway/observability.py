@@ -70,6 +70,12 @@ GROUP_MEMBERS = Gauge(
 REBALANCES = Counter(
     "gateway_group_rebalances_total", "Consumer group rebalances", ["group"], registry=REGISTRY
 )
+ACL_DENIED = Counter(
+    "gateway_acl_denied_total",
+    "Commands refused by a listener's topic ACL",
+    ["protocol", "operation"],
+    registry=REGISTRY,
+)
 LONG_POLL_WAITS = Counter(
     "gateway_long_poll_waits_total", "Reads that waited at the log end", registry=REGISTRY
 )

@@ -24,6 +24,7 @@ from gateway import proxy_protocol
 from gateway.backends import get_backend_spec
 from gateway.backends.base import Backend
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.core.acl import AclCore, TopicAcl
 from gateway.core.engine import Core
 from gateway.observability import (
     CONNECTIONS_OPEN,
@@ -55,6 +56,7 @@ class ListenerState:
     refused: int = 0
     ssl_context: ssl.SSLContext | None = None
     streams: set[GuardedStream] = field(default_factory=set)
+    core: Any = None  # the core as this listener's ACL lets it see it
 
 
 def make_ssl_context(cfg: ListenerConfig) -> ssl.SSLContext | None:
@@ -91,6 +93,8 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
         [(r.topic, r.backend) for r in config.routes],
         auto_create_topics=config.server.auto_create_topics,
         default_partitions=config.server.default_partitions,
+        max_topics=config.server.max_topics,
+        max_partitions_per_topic=config.server.max_partitions_per_topic,
     )
 
 
@@ -105,11 +109,24 @@ class Server:
             if lc.enabled
         }
         self.admin_inflight = 0
+        for name, state in self.listeners.items():
+            self._apply_acl(name, state)
         self.admin_address: tuple[str, int] | None = None
         self.started_at = time.time()
         self.draining = False
         self.ready = False
         self._stop = trio.Event()
+
+    def _apply_acl(self, name: str, state: ListenerState) -> None:
+        cfg = state.config
+        acl = TopicAcl(cfg.read_allow, cfg.read_deny, cfg.write_allow, cfg.write_deny)
+        if isinstance(state.core, AclCore):
+            state.core.acl = acl  # keep the object: protocols key per-core state on it
+        elif acl.is_open:
+            state.core = self.core
+        else:
+            hide = not get_protocol(name).authorization_error
+            state.core = AclCore(self.core, acl, name, hide, log)
 
     # ------------------------------------------------------------------ control
     def request_stop(self) -> None:
@@ -280,6 +297,7 @@ class Server:
                     changes.append(f"listeners.{name}.{f.name}: {before!r} -> {after!r}")
             state.config = new_cfg
             state.ssl_context = make_ssl_context(new_cfg)
+            self._apply_acl(name, state)
         self.config = dataclasses.replace(new, listeners=new.listeners)
         log.info("config_reloaded", changes=changes or ["nothing changed"])
         return True
@@ -384,7 +402,7 @@ class Server:
             conn_log = conn_log.bind(via=via)
         ctx = ConnectionContext(
             protocol=name,
-            core=self.core,
+            core=state.core,
             listener=cfg,
             config=self.config,
             peer=peer,

@@ -89,8 +89,9 @@ def test_commands_open_the_embedded_log_directly_without_a_gateway(tmp_path) -> 
 
 def test_a_second_writer_gets_a_clear_lock_error(tmp_path) -> None:
     cfg = embedded_config(tmp_path)
-    with GatewayProcess(tmp_path / "gw", backend="embedded",
-                        server={"data_dir": str(tmp_path / "data")}):
+    with GatewayProcess(
+        tmp_path / "gw", backend="embedded", server={"data_dir": str(tmp_path / "data")}
+    ):
         res = gateway("topics", "list", "--config", cfg)  # admin port 1: not the running one
         assert res.returncode == 1
         assert "lock" in res.stderr.lower() and str(tmp_path / "data") in res.stderr

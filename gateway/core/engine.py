@@ -63,7 +63,11 @@ class Core:
         *,
         auto_create_topics: bool = True,
         default_partitions: int = 1,
+        max_topics: int = 10_000,
+        max_partitions_per_topic: int = 10_000,
     ) -> None:
+        self.max_topics = max_topics
+        self.max_partitions_per_topic = max_partitions_per_topic
         self.router = Router(backends, routes)
         self.waiters = Waiters()
         self.groups = GroupCoordinator(self.router.backend_for, self.router.default_backend)
@@ -117,8 +121,26 @@ class Core:
             )
 
     # ------------------------------------------------------------------ topics
+    async def _check_limits(self, new_topic: bool, partitions: int) -> None:
+        if partitions > self.max_partitions_per_topic:
+            raise GatewayError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"{partitions} partitions exceed max_partitions_per_topic "
+                f"({self.max_partitions_per_topic})",
+            )
+        if new_topic:
+            count = 0
+            for backend in self.router.backends.values():
+                count += len(await backend.list_topics())
+            if count >= self.max_topics:
+                raise GatewayError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"the gateway already has {count} topics (max_topics = {self.max_topics})",
+                )
+
     async def _create_topic(self, cmd: CreateTopic) -> TopicInfo:
         partitions = cmd.partitions if cmd.partitions is not None else self.default_partitions
+        await self._check_limits(True, partitions)
         return await self.router.backend_for(cmd.topic).create_topic(
             cmd.topic, partitions, cmd.config
         )
@@ -143,6 +165,7 @@ class Core:
         except GatewayError as exc:
             if exc.code is not ErrorCode.UNKNOWN_TOPIC or not (create and self.auto_create_topics):
                 raise
+        await self._check_limits(True, self.default_partitions)
         try:
             return await backend.create_topic(name, self.default_partitions)
         except GatewayError as exc:
@@ -157,6 +180,8 @@ class Core:
         return TopicDescription(info, parts)
 
     async def _create_partitions(self, cmd: CreatePartitions) -> TopicInfo:
+        current = (await self.router.backend_for(cmd.topic).topic(cmd.topic)).partitions
+        await self._check_limits(False, current + cmd.count)
         return await self.router.backend_for(cmd.topic).create_partitions(cmd.topic, cmd.count)
 
     async def _delete_partitions(self, cmd: DeletePartitions) -> TopicInfo:

@@ -37,6 +37,10 @@ class ListenerConfig:
     tls_cert: str = ""  # PEM certificate chain; with tls_key, the listener speaks TLS only
     tls_key: str = ""
     tls_client_ca: str = ""  # PEM CA bundle: clients must present a certificate it signed
+    read_allow: tuple[str, ...] = ("*",)  # topic globs this listener may read (deny wins)
+    read_deny: tuple[str, ...] = ()
+    write_allow: tuple[str, ...] = ("*",)  # topic globs this listener may write or create
+    write_deny: tuple[str, ...] = ()
     alpn_protocols: ClassVar[tuple[str, ...]] = ()
     """ALPN ids a TLS listener offers (a protocol class sets it: ("h2",) for gRPC)."""
 
@@ -94,3 +98,6 @@ class ProtocolSpec:
     config_class: type[ListenerConfig]
     handle_connection: ConnectionHandler
     description: str = ""
+    authorization_error: bool = True
+    """False for protocols without an authorization error (Kafka 0.8, TANK): a topic an ACL
+    denies is answered as if it did not exist."""

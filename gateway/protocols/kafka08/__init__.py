@@ -46,4 +46,5 @@ PROTOCOL = ProtocolSpec(
     Kafka08ListenerConfig,
     handle_connection,
     "Kafka 0.8 (Produce/Fetch/Offsets/Metadata v0, OffsetCommit/Fetch v0-1, ConsumerMetadata)",
+    authorization_error=False,
 )

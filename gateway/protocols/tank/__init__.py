@@ -20,4 +20,5 @@ PROTOCOL = ProtocolSpec(
     config_class=TankListenerConfig,
     handle_connection=handle_connection,
     description="TANK 4.0 binary protocol (tank-cli, TANK client library)",
+    authorization_error=False,
 )
