@@ -349,8 +349,8 @@ def _from_canonical(
     crc32 = zlib.crc32
     size = 0
     offset = first_offset
-    last_vlen = -2
-    prefix = b""
+    last_vlen = last_klen = last_kvlen = -2
+    prefix = key_prefix = value_prefix = b""
     prefix_crc = 0
     for _ in range(count):
         _, klen, vlen, nh = unpack(buf, pos)
@@ -380,13 +380,19 @@ def _from_canonical(
                 body = nkv(0, 0, -1, vlen) + buf[p : p + vlen]
                 p += vlen
         else:
-            body = m0(0, 0, klen) + buf[p : p + klen]
-            p += klen
+            if klen != last_klen:  # keyed records: length prefixes reused while lengths repeat
+                key_prefix = m0(0, 0, klen)
+                last_klen = klen
+            if vlen != last_kvlen:
+                value_prefix = NULL if vlen < 0 else i32(vlen)
+                last_kvlen = vlen
+            q = p + klen
             if vlen < 0:
-                body += NULL
+                body = b"".join((key_prefix, buf[p:q], NULL))
+                p = q
             else:
-                body += i32(vlen) + buf[p : p + vlen]
-                p += vlen
+                p = q + vlen
+                body = b"".join((key_prefix, buf[q - klen : q], value_prefix, buf[q:p]))
         if nh:
             p = _skip_headers(buf, p, nh)
         pos = p
