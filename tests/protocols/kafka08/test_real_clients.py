@@ -181,3 +181,37 @@ def test_kafka_python_keyed_over_three_partitions_and_acks_0(tmp_path) -> None:
             for p in range(3):  # dense offsets per partition, in order
                 offsets = [r[1] for r in out["records"] if r[0] == p]
                 assert offsets == list(range(len(offsets)))
+
+
+def test_embedded_backend_keeps_records_and_group_offsets_across_restart(tmp_path) -> None:
+    """The default backend: kcat produces (plain and gzip), kafka-python consumes and commits;
+    after a restart the records and the committed offset are still there."""
+    lines = "".join(f"key-{i}:value-{i}\n" for i in range(200))
+    with GatewayProcess(tmp_path, listeners={"kafka08": {}}, backend="embedded") as gw:
+        port = gw.address("kafka08")[1]
+        bootstrap = f"127.0.0.1:{port}"
+        kcat("-b", bootstrap, "-P", "-t", "durable", "-p", "0", "-K:", *KCAT_08, stdin=lines)
+        kcat("-b", bootstrap, "-P", "-t", "durable", "-p", "0", "-K:", "-z", "gzip", *KCAT_08,
+             stdin=lines)  # fmt: skip
+        out = run_client(
+            "kafka-python-3",
+            "kafka_python_client.py",
+            {"port": port, "api_version": [0, 8, 2], "topic": "durable", "group": "dg",
+             "expect": 400},
+        )  # fmt: skip
+        assert out["committed"] == 400
+        assert gw.stop() == 0
+    with GatewayProcess(tmp_path, listeners={"kafka08": {}}, backend="embedded") as gw:
+        port = gw.address("kafka08")[1]
+        again = run_client(
+            "kafka-python-3",
+            "kafka_python_client.py",
+            {"port": port, "api_version": [0, 8, 2], "topic": "durable", "group": "dg",
+             "expect": 400},
+        )  # fmt: skip
+    assert again["committed_before"] == 400
+    assert again["records"] == out["records"]
+    assert [r[0] for r in again["records"]] == list(range(400))
+    assert [bytes.fromhex(r[2]).decode() for r in again["records"]] == [
+        f"value-{i % 200}" for i in range(400)
+    ]
