@@ -464,30 +464,37 @@ def encode_batch(batch: Batch) -> bytes:
     )
 
 
+_PREFIXES: dict[tuple[int, int], struct.Struct] = {}
+_SUFFIXES: dict[tuple[int, int], struct.Struct] = {}
+
+
+def _layout(cache: dict[tuple[int, int], struct.Struct], key: tuple[int, int], fmt: str
+            ) -> struct.Struct:  # fmt: skip
+    layout = cache.get(key)
+    if layout is None:
+        if max(key) > 0xFFFF:
+            raise LocalProtocolError("a message string field is longer than 65535 bytes")
+        if len(cache) > 256:
+            cache.clear()
+        layout = cache[key] = struct.Struct(fmt)
+    return layout
+
+
 def encode_messages(messages: Iterable[Message]) -> bytes:
+    """Messages as a block: per message one packed prefix (offset .. payload length, keyed by the
+    producer id and key lengths), the payload, one packed suffix (event type .. metadata)."""
     parts: list[bytes] = []
     append = parts.append
-    head, u16, u32, i64 = _MSG_HEAD.pack, _U16.pack, _U32.pack, _I64.pack
-    tail = struct.Struct(">IQH").pack
+    prefixes, suffixes = _PREFIXES, _SUFFIXES
     for m in messages:
-        if (
-            len(m.producer_id) > 0xFFFF
-            or len(m.key) > 0xFFFF
-            or len(m.event_type) > 0xFFFF
-            or len(m.metadata) > 0xFFFF
-        ):
-            raise LocalProtocolError("a message string field is longer than 65535 bytes")
-        append(head(m.offset, m.seq, len(m.producer_id)))
-        append(m.producer_id)
-        append(u16(len(m.key)))
-        append(m.key)
-        append(i64(m.epoch))
-        append(u32(len(m.payload)))
-        append(m.payload)
-        append(u16(len(m.event_type)))
-        append(m.event_type)
-        append(tail(m.schema_version, m.aggregate_version, len(m.metadata)))
-        append(m.metadata)
+        pid, key, et, md = m.producer_id, m.key, m.event_type, m.metadata
+        lp, lk, le, lm = len(pid), len(key), len(et), len(md)
+        pre = prefixes.get((lp, lk)) or _layout(prefixes, (lp, lk), f">QQH{lp}sH{lk}sqI")
+        suf = suffixes.get((le, lm)) or _layout(suffixes, (le, lm), f">H{le}sIQH{lm}s")
+        payload = m.payload
+        append(pre.pack(m.offset, m.seq, lp, pid, lk, key, m.epoch, len(payload)))
+        append(payload)
+        append(suf.pack(le, et, m.schema_version, m.aggregate_version, lm, md))
     return b"".join(parts)
 
 
@@ -781,34 +788,51 @@ def patch_offsets(
 ) -> tuple[bytearray, int, int, int]:
     """Messages ``[start, stop)`` of a stored block with their offsets set (message ``i`` of the
     block gets ``base_offset + i``): (messages, count, first seq, last seq)."""
+    out = bytearray()
+    n, first, last = append_patched(out, block, base_offset, start, stop)
+    return out, n, first, last
+
+
+def append_patched(
+    out: bytearray,
+    block: bytes | memoryview,
+    base_offset: int,
+    start: int = 0,
+    stop: int | None = None,
+) -> tuple[int, int, int]:
+    """Append messages ``[start, stop)`` of a stored block to ``out`` (one copy) with their
+    offsets set: (count, first seq, last seq)."""
     count, _, starts, messages = CursusBlockCodec.split(block)
     stop = count if stop is None else min(stop, count)
     if start >= stop:
-        return bytearray(), 0, 0, 0
+        return 0, 0, 0
     n = stop - start
     begin = starts[start]
     end = starts[stop] if stop < count else len(messages)
-    out = bytearray(messages[begin:end])
+    at = len(out)
+    out += messages[begin:end]
     if isinstance(starts, range):  # equal sizes: write the offsets column by column
         size = starts.step
         offsets = array("Q", range(base_offset + start, base_offset + stop))
         if _LITTLE:
             offsets.byteswap()
         raw = offsets.tobytes()
+        limit = at + n * size
         for k in range(8):
-            out[k : n * size : size] = raw[k::8]
-        first = _U64.unpack_from(out, 8)[0]
-        last = _U64.unpack_from(out, (n - 1) * size + 8)[0]
-        return out, n, first, last
+            out[at + k : limit : size] = raw[k::8]
+        first = _U64.unpack_from(out, at + 8)[0]
+        last = _U64.unpack_from(out, at + (n - 1) * size + 8)[0]
+        return n, first, last
     pack_into = _U64.pack_into
     offset = base_offset + start
     window = starts[start:stop]
+    shift = at - begin
     for s in window:
-        pack_into(out, s - begin, offset)
+        pack_into(out, s + shift, offset)
         offset += 1
-    first = _U64.unpack_from(out, window[0] - begin + 8)[0]
-    last = _U64.unpack_from(out, window[-1] - begin + 8)[0]
-    return out, n, first, last
+    first = _U64.unpack_from(out, window[0] + shift + 8)[0]
+    last = _U64.unpack_from(out, window[-1] + shift + 8)[0]
+    return n, first, last
 
 
 def message_ids(body: bytes | memoryview, start: int) -> tuple[int, bytes, int]:

@@ -240,9 +240,10 @@ class StreamSpec:
 
 @dataclass
 class Reply:
-    body: bytes | None = None
+    body: bytes | bytearray | None = None
     close: bool = False
     stream: StreamSpec | None = None
+    framed: bool = False  # body already carries its length prefix
 
 
 @dataclass
@@ -258,20 +259,22 @@ class CommonArgs:
     reset: str
 
 
-def build_reply_batch(topic: str, partition: int, batches: tuple[RecordBatch, ...]) -> bytes:
-    """A CONSUME/STREAM reply: stored Cursus blocks pass through with offsets patched; other
-    formats are decoded and re-encoded."""
-    parts: list[bytes | bytearray] = []
+def build_reply_frame(topic: str, partition: int, batches: tuple[RecordBatch, ...]) -> bytearray:
+    """A CONSUME/STREAM reply, framed: stored Cursus blocks pass through with offsets patched
+    (one copy into the frame); other formats are decoded and re-encoded."""
+    head_len = len(codec.batch_header(topic, partition, "1", False, 0, 0, 0))
+    out = bytearray(4 + head_len)
     count = 0
     first_seq = last_seq = 0
     for b in batches:
         window = b.encoded_window(CURSUS_BLOCK)
         if window is not None:
             block, start, stop = window
-            body, n, fs, ls = codec.patch_offsets(block, b.base_offset, start, stop)
+            n, fs, ls = codec.append_patched(out, block, b.base_offset, start, stop)
         else:
             msgs = [codec.record_to_message(r) for r in b.records]
-            body, n = codec.encode_messages(msgs), len(msgs)
+            out += codec.encode_messages(msgs)
+            n = len(msgs)
             fs, ls = (msgs[0].seq, msgs[-1].seq) if msgs else (0, 0)
         if not n:
             continue
@@ -279,9 +282,16 @@ def build_reply_batch(topic: str, partition: int, batches: tuple[RecordBatch, ..
             first_seq = fs
         last_seq = ls
         count += n
-        parts.append(body)
-    head = codec.batch_header(topic, partition, "1", False, first_seq, last_seq, count)
-    return head + b"".join(parts)
+    out[0:4] = (len(out) - 4).to_bytes(4, "big")
+    out[4 : 4 + head_len] = codec.batch_header(
+        topic, partition, "1", False, first_seq, last_seq, count
+    )
+    return out
+
+
+def build_reply_batch(topic: str, partition: int, batches: tuple[RecordBatch, ...]) -> bytes:
+    """The reply's body (without the frame length)."""
+    return bytes(build_reply_frame(topic, partition, batches)[4:])
 
 
 # ---------------------------------------------------------------------------------- session
@@ -353,7 +363,7 @@ class CursusSession:
                     break
                 reply = await self.handle(body)
                 if reply.body is not None:
-                    out = codec.frame(reply.body)
+                    out = reply.body if reply.framed else codec.frame(reply.body)
                     await stream.send_all(out)
                     bytes_out.inc(len(out))
                 if reply.stream is not None:
@@ -758,7 +768,7 @@ class CursusSession:
             )
         )
 
-    async def _consume(self, cmd: str) -> str | bytes:
+    async def _consume(self, cmd: str) -> str | bytes | Reply:
         args = codec.parse_params(cmd[8:])
         if not all(args.get(k) for k in ("topic", "partition", "offset", "member")):
             return "ERROR: invalid CONSUME syntax"
@@ -794,7 +804,7 @@ class CursusSession:
         n = result.count
         if n:
             RECORDS_OUT.labels(protocol=PROTOCOL).inc(n)
-        return build_reply_batch(a.topic, a.partition, result.batches)
+        return Reply(build_reply_frame(a.topic, a.partition, result.batches), framed=True)
 
     async def _stream(self, cmd: str) -> str | Reply:
         args = codec.parse_params(cmd[7:])
@@ -884,7 +894,7 @@ class CursusSession:
                 await stream.send_all(codec.frame(_control("CLOSE", "error", spec.offset)))
                 return "error"
             if result.count:
-                out = codec.frame(build_reply_batch(spec.topic, spec.partition, result.batches))
+                out = build_reply_frame(spec.topic, spec.partition, result.batches)
                 await stream.send_all(out)
                 bytes_out.inc(len(out))
                 records_out.inc(result.count)
