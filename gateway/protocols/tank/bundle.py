@@ -172,6 +172,8 @@ def walk(
     ``out`` when given (seq is the explicit one of sparse bundles, else 0). Returns
     (min_ts_ms, max_ts_ms, contiguous) where ``contiguous`` says the sparse sequence numbers are
     first_seq, first_seq+1, ... (always True for non-sparse bundles)."""
+    if out is None and not header.sparse:
+        return _validate_plain(data, header.count)
     pos = 0
     end = len(data)
     count = header.count
@@ -238,6 +240,44 @@ def walk(
     if sparse and count > 1 and seq > last_seq:
         raise BundleError("sparse sequence numbers run past the bundle's last one")
     return min_ts, max_ts, contiguous
+
+
+def _validate_plain(data: bytes | memoryview, count: int) -> tuple[int, int, bool]:
+    """walk() for the produce hot path: a non-sparse message set checked without building
+    anything. Overruns surface as IndexError/struct.error (or a final position past the end)
+    instead of a comparison per field."""
+    pos = 0
+    ts = min_ts = max_ts = -1
+    u64 = U64.unpack_from
+    try:
+        for _ in range(count):
+            mflags = data[pos]
+            pos += 1
+            if mflags & M_USE_LAST_TS:
+                if ts < 0:
+                    raise BundleError("first message reuses a timestamp it does not have")
+            else:
+                ts = u64(data, pos)[0]
+                pos += 8
+                if ts > max_ts:
+                    max_ts = ts
+                if min_ts < 0 or ts < min_ts:
+                    min_ts = ts
+            if mflags & M_HAVE_KEY:
+                pos += 1 + data[pos]
+            b = data[pos]
+            if b < 0x80:
+                pos += 1 + b
+            else:
+                clen, pos = read_varint(data, pos, len(data))
+                pos += clen
+    except (IndexError, struct.error):
+        raise BundleError(f"message set of {count} messages cut short") from None
+    if pos != len(data):
+        if pos > len(data):
+            raise BundleError(f"message set of {count} messages cut short")
+        raise BundleError(f"{len(data) - pos} bytes after the last of {count} messages")
+    return min_ts, max_ts, True
 
 
 class BundleInfo(NamedTuple):

@@ -151,3 +151,43 @@ async def test_parked_consume_is_not_a_slow_request(tmp_path) -> None:
             with trio.fail_after(10):
                 while await c.stream.receive_some(1024):  # the greeting, then end of stream
                     pass
+
+
+async def test_one_consume_of_several_topics_and_partitions(addr) -> None:
+    from gateway.protocols.tank import codec as C
+
+    def req(rid: int, wait: int, *topics: tuple[str, list[tuple[int, int]]]) -> C.ConsumeRequest:
+        return C.ConsumeRequest(
+            rid,
+            [
+                C.ConsumeTopic(name, [C.ConsumePartitionRequest(p, s, 1 << 20) for p, s in parts])
+                for name, parts in topics
+            ],
+            wait,
+        )
+
+    async with await TankClient.connect(*addr) as c, await TankClient.connect(*addr) as p:
+        assert await c.create_topic("multi", 2) == 0
+        assert await c.produce("multi", 1, [(None, b"p1-a", TS), (None, b"p1-b", TS)]) == 0
+        resp = await c.request(
+            req(50, 0, ("multi", [(0, 0), (1, 0), (1, 2), (5, 0), (1, 9)]), ("nosuch", [(0, 0)]))
+        )
+        multi, nosuch = resp.topics
+        assert nosuch.partitions is None
+        p0, p1, p1_from_2, p5, p1_past = multi.partitions
+        assert (p0.err, p0.hwmark, p0.messages()) == (0, 0, [])
+        assert [(m.seq, m.content) for m in p1.messages()] == [(1, b"p1-a"), (2, b"p1-b")]
+        assert p1_from_2.base_seq == 1  # the chunk starts at the bundle holding seq 2
+        assert [m.seq for m in p1_from_2.messages() if m.seq >= 2] == [2]
+        assert p5.err == C.C_UNKNOWN_PARTITION
+        assert (p1_past.err, p1_past.hwmark, p1_past.first_available) == (C.C_BOUNDARY, 2, 1)
+
+        # both partitions at the tail: parked until the first one gets data
+        await c.stream.send_all(c.conn.send(req(51, 30_000, ("multi", [(0, TAIL), (1, TAIL)]))))
+        with trio.fail_after(10):
+            await trio.sleep(0.2)
+            assert await p.produce("multi", 0, [(None, b"p0-new", TS)]) == 0
+            resp = await c.response(51)
+        p0, p1 = resp.topics[0].partitions
+        assert [(m.seq, m.content) for m in p0.messages()] == [(1, b"p0-new")]
+        assert (p1.err, p1.hwmark, p1.messages()) == (0, 2, [])

@@ -60,9 +60,12 @@ class Raw:
         self.sock.close()
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with GatewayProcess(tmp_path_factory.mktemp("tank-golden"), listeners={"tank": {}}) as gw:
+@pytest.fixture(scope="module", params=["memory", "embedded"])
+def gateway(request, tmp_path_factory):
+    """The memory backend keeps a produced bundle as it came; the embedded log stores canonical
+    batches, so its answers are re-encoded bundles: both must match the captures."""
+    tmp = tmp_path_factory.mktemp(f"tank-golden-{request.param}")
+    with GatewayProcess(tmp, listeners={"tank": {}}, backend=request.param) as gw:
         yield gw
 
 
