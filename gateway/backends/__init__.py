@@ -15,6 +15,7 @@ REGISTRY: dict[str, str] = {
     "embedded": "gateway.backends.embedded",
     "nats": "gateway.backends.nats",
     "kafka": "gateway.backends.kafka",
+    "upstream": "gateway.backends.upstream",
 }
 
 

@@ -24,6 +24,7 @@ from gateway.model import (
     ErrorCode,
     GatewayError,
     PartitionInfo,
+    Record,
     RecordBatch,
     TopicInfo,
 )
@@ -48,6 +49,12 @@ class Capabilities:
     notifies_appends: bool = True
     """True when every append becomes visible through ``append_listener`` (local backends).
     False: the core's waiters poll ``partition_info`` instead."""
+    create_topics: bool = True
+    """True when ``create_topic`` makes a topic with the asked partition count (False: topics
+    are made outside the gateway, e.g. a Kafka 0.8 cluster's admin tools)."""
+    committed_offsets: bool = True
+    """True when committed offsets (key-value namespace ``offsets``) are stored, with their
+    metadata: through ``kv_store``, or the upstream protocol's own offset store."""
 
 
 def unsupported(what: str, backend: str) -> GatewayError:
@@ -81,6 +88,13 @@ class Backend(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """Static facts for the status page."""
         return {"name": self.name, "type": self.type_name}
+
+    def stored_form(self, record: Record) -> Record:
+        """What a read returns for ``record`` once appended (offset aside). Backends that keep
+        every field return it as it is; a backend whose storage cannot carry a field (an
+        upstream protocol without headers, say) says here exactly how the record degrades,
+        and the conformance suite holds it to that."""
+        return record
 
     def _appended(self, topic: str, partition: int, high_watermark: int) -> None:
         if self.append_listener is not None:

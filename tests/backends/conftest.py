@@ -21,6 +21,7 @@ from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
 from gateway.backends.memory import MemoryBackend
 from gateway.model import GatewayError
 from tests.backends.servers import kafka_backend, nats_backend
+from tests.backends.upstream import upstream_factory
 
 BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
 
@@ -61,6 +62,7 @@ BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "embedded": embedded_backend,
     "nats": nats_backend,
     "kafka": kafka_backend,
+    "upstream-tank": upstream_factory("tank"),
 }
 
 

@@ -1,0 +1,156 @@
+"""What every upstream backend shares: its config, the connection pool, topic-name prefixing,
+topic settings, and the offsets namespace of the key-value store."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.backends.base import Backend, check_partitions, check_topic_name, unsupported
+from gateway.backends.upstream.pool import Pool
+from gateway.model import ErrorCode, GatewayError, TopicInfo
+
+OFFSETS_NS = "offsets"  # gateway.core.groups: key "group\x1ftopic\x1fpartition"
+PROTOCOLS = ("kafka08", "iggy", "tank", "liftbridge", "cursus")
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    """``[backends.NAME]`` with ``type = "upstream"``."""
+
+    protocol: str = ""  # kafka08 | iggy | tank | liftbridge | cursus
+    address: str = "127.0.0.1:0"  # host:port of the upstream server's listener
+    username: str = ""  # Iggy: LOGIN_USER (then the 0.6 dialect); empty: no login
+    password: str = ""
+    topic_prefix: str = ""  # prepended to every topic name upstream (several users, one server)
+    pool_size: int = 4  # connections at most
+    connect_timeout_ms: int = 3_000
+    request_timeout_ms: int = 10_000
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.protocol not in PROTOCOLS:
+            problems.append(
+                f"protocol: got {self.protocol!r}, expected one of {', '.join(PROTOCOLS)}"
+            )
+        host, _, port = self.address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            problems.append(f"address: got {self.address!r}, expected host:port")
+        if self.pool_size < 1:
+            problems.append(f"pool_size: got {self.pool_size}, expected at least 1")
+        return problems
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.address.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+def offset_parts(key: str) -> tuple[str, str, int]:
+    group, topic, partition = key.split("\x1f")
+    return group, topic, int(partition)
+
+
+class UpstreamBackend(Backend):
+    """The common part; a protocol module subclasses it with ``_connect``/``_close`` and the
+    operations its protocol has. Topic names are canonical names plus ``topic_prefix``."""
+
+    type_name = "upstream"
+    protocol = ""
+    protocol_errors: tuple[type[BaseException], ...] = ()
+
+    def __init__(self, name: str, config: UpstreamConfig) -> None:
+        super().__init__(name)
+        self.config = config
+        self.host, self.port = config.host_port
+        self.pool: Pool[Any] = Pool(
+            f"{self.protocol} upstream {config.address}",
+            self._connect,
+            self._close,
+            size=config.pool_size,
+            connect_timeout=config.connect_timeout_ms / 1000,
+            request_timeout=config.request_timeout_ms / 1000,
+            protocol_errors=self.protocol_errors,
+        )
+        # per-topic settings the protocol has no place for (kept for this process's lifetime)
+        self._topic_config: dict[str, tuple[tuple[str, str], ...]] = {}
+
+    # ------------------------------------------------------------------ connections
+    async def _connect(self) -> Any:
+        raise NotImplementedError
+
+    async def _close(self, client: Any) -> None:
+        await client.aclose()
+
+    async def close(self) -> None:
+        await self.pool.aclose()
+
+    async def health(self) -> tuple[bool, str]:
+        try:
+            await self.list_topics()
+        except GatewayError as exc:
+            return False, exc.message
+        return True, "ok"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type_name,
+            "protocol": self.protocol,
+            "address": self.config.address,
+            "connections_opened": self.pool.opened,
+        }
+
+    # ------------------------------------------------------------------ names
+    def up(self, topic: str) -> str:
+        return self.config.topic_prefix + topic
+
+    def down(self, upstream_name: str) -> str | None:
+        prefix = self.config.topic_prefix
+        if not upstream_name.startswith(prefix):
+            return None
+        return upstream_name[len(prefix) :]
+
+    def info(self, topic: str, partitions: int) -> TopicInfo:
+        return TopicInfo(topic, partitions, self._topic_config.get(topic, ()))
+
+    @staticmethod
+    def check_new_topic(name: str, partitions: int) -> None:
+        check_topic_name(name)
+        check_partitions(partitions)
+
+    def check_partition(self, topic: str, partition: int, partitions: int) -> None:
+        if not 0 <= partition < partitions:
+            raise GatewayError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {topic!r} has no partition {partition} (it has {partitions})",
+            )
+
+    async def call(self, fn: Any, retry: bool = True) -> Any:
+        return await self.pool.call(fn, retry=retry)
+
+    # ------------------------------------------------------------------ offsets in the kv store
+    async def commit_offset(
+        self, group: str, topic: str, partition: int, offset: int, metadata: str
+    ) -> None:
+        raise unsupported("committed offsets", self.name)
+
+    async def fetch_offset(self, group: str, topic: str, partition: int) -> tuple[int, str] | None:
+        raise unsupported("committed offsets", self.name)
+
+    async def kv_put(self, namespace: str, key: str, value: bytes) -> None:
+        if namespace != OFFSETS_NS or not self.capabilities.committed_offsets:
+            raise unsupported("a key-value store", self.name)
+        data = json.loads(value)
+        await self.commit_offset(
+            *offset_parts(key), int(data["offset"]), str(data.get("metadata", ""))
+        )
+
+    async def kv_get(self, namespace: str, key: str) -> bytes | None:
+        if namespace != OFFSETS_NS or not self.capabilities.committed_offsets:
+            raise unsupported("a key-value store", self.name)
+        found = await self.fetch_offset(*offset_parts(key))
+        if found is None:
+            return None
+        return json.dumps({"offset": found[0], "metadata": found[1]}).encode()

@@ -1,0 +1,60 @@
+"""Conformance-suite factories for the upstream backends: each speaks its protocol to a second
+gateway (a ``GatewayProcess`` on the memory backend with all five listeners, shared by the whole
+test session), every test under a topic prefix of its own (``topic_prefix``), so opening the
+factory again with the same path sees the same data (a restart)."""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from gateway.backends.base import Backend
+from gateway.backends.upstream import UpstreamConfig, make_upstream
+from tests.backends.servers import _tag
+from tests.support import GatewayProcess
+
+UPSTREAM_LISTENERS = ("kafka08", "iggy", "tank", "liftbridge", "cursus")
+_second: list[GatewayProcess] = []
+
+
+def second_gateway() -> GatewayProcess:
+    """The upstream server: one gateway for the test session (started on first use)."""
+    if not _second:
+        where = Path(tempfile.mkdtemp(prefix="gw-upstream-"))
+        gw = GatewayProcess(
+            where, listeners={name: {} for name in UPSTREAM_LISTENERS}, backend="memory"
+        ).start()
+        atexit.register(shutil.rmtree, where, True)
+        atexit.register(gw.stop)
+        _second.append(gw)
+    return _second[0]
+
+
+@asynccontextmanager
+async def _opened(backend: Backend) -> AsyncIterator[Backend]:
+    async with trio.open_nursery() as nursery:
+        await backend.open(nursery)
+        try:
+            yield backend
+        finally:
+            with trio.CancelScope(shield=True):
+                await backend.close()
+            nursery.cancel_scope.cancel()
+
+
+def upstream_factory(protocol: str) -> Callable[..., AbstractAsyncContextManager[Backend]]:
+    def factory(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:
+        host, port = second_gateway().address(protocol)
+        config = UpstreamConfig(
+            protocol=protocol, address=f"{host}:{port}", topic_prefix=_tag(path) + "-", **options
+        )
+        return _opened(make_upstream(f"upstream-{protocol}", config))
+
+    return factory
