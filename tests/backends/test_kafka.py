@@ -268,3 +268,48 @@ async def test_committed_offsets_are_kafka_group_offsets(nursery):
     assert done.stdout.decode().strip() == "7"
     assert json.loads(await b.kv_get("offsets", key))["offset"] == 9
     await b.close()
+
+
+def test_batch_round_trip_random_sizes():
+    import random
+
+    rnd = random.Random(7)
+    records = [
+        Record(
+            bytes(rnd.randrange(0, 300)) if i % 3 else None,
+            bytes(rnd.randrange(0, 20000)) if i % 5 else None,
+            (("h", b"x" * rnd.randrange(0, 200)),) * (i % 3),
+            1_700_000_000_000_000 + i * 777,
+        )
+        for i in range(2000)
+    ]
+    got = decode_batches(encode_batch(records, now_ms=0, base_offset=5))
+    assert [r._replace(offset=-1) for r in got] == records
+    assert [r.offset for r in got] == list(range(5, 2005))
+
+
+def test_canonical_blocks_transcode_both_ways_without_records():
+    import random
+
+    from gateway.backends.kafka.records import batches_to_canonical, canonical_to_batch
+    from gateway.canonical import CANONICAL
+
+    rnd = random.Random(3)
+    records = [
+        Record(
+            bytes(rnd.randrange(0, 300)) if i % 3 else None,
+            bytes(rnd.randrange(0, 20000)) if i % 5 else None,
+            (("h", b"x" * rnd.randrange(0, 200)),) * (i % 3),
+            1_700_000_000_000_000 + i * 777,
+        )
+        for i in range(1500)
+    ]
+    v2, count = canonical_to_batch(CANONICAL.encode(records), now_ms=0)
+    assert count == 1500
+    assert [r._replace(offset=-1) for r in decode_batches(v2)] == records
+    block, n, max_ts = batches_to_canonical(v2 + v2[:50], 10, 10_000)
+    assert n == 1490 and max_ts == records[-1].timestamp_us
+    assert CANONICAL.decode(block, 10) == [
+        r._replace(offset=10 + i) for i, r in enumerate(records[10:])
+    ]
+    assert batches_to_canonical(v2, 10, 5)[1] == 5

@@ -30,7 +30,14 @@ from gateway.backends.base import (
     unsupported,
 )
 from gateway.backends.kafka.connection import BrokerConnection, unavailable
-from gateway.backends.kafka.records import KafkaRecordError, decode_batches, encode_batch
+from gateway.backends.kafka.records import (
+    KafkaRecordError,
+    batches_to_canonical,
+    canonical_to_batch,
+    decode_batches,
+    encode_batch,
+)
+from gateway.canonical import CANONICAL
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -69,6 +76,7 @@ API_NAMES = {
 }
 REQUIRED_APIS = (0, 1, 2, 3)
 OFFSETS_NS = "offsets"
+FRESH_S = 0.02
 TOPIC_CONFIG_KEYS = {"retention_ms": "retention.ms", "retention_bytes": "retention.bytes"}
 
 _RETRIABLE_KAFKA = {
@@ -168,6 +176,9 @@ class KafkaBackend(Backend):
         self._coordinators: dict[str, int] = {}
         self._topic_configs: dict[str, tuple[tuple[str, str], ...]] = {}
         self._hw_hint: dict[tuple[str, int], int] = {}
+        # (log start, high watermark, when) from the last Fetch answer: a Fetch right after a
+        # read (the core asks for the high watermark of every fetch result) needs no round trip
+        self._fresh: dict[tuple[str, int], tuple[int, int, float]] = {}
         self._timeout = config.request_timeout_ms / 1000
 
     # ------------------------------------------------------------------ lifecycle
@@ -462,14 +473,20 @@ class KafkaBackend(Backend):
     # ------------------------------------------------------------------ data
     async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
         meta = await self._topic_meta(topic, partition)
-        records = batch.records
         now = now_us()
-        if not records:
+        if not batch.count:
             info = await self.partition_info(topic, partition)
             return AppendResult(partition, info.high_watermark, info.high_watermark - 1, now)
-        base = await self._produce(topic, partition, meta, encode_batch(records, now // 1000))
-        self._hw_hint[(topic, partition)] = base + len(records)
-        return AppendResult(partition, base, base + len(records) - 1, now)
+        block = batch.encoded_as(CANONICAL)
+        if block is not None:  # a canonical block (Kafka 0.8 produce): no per-record objects
+            data, count = canonical_to_batch(block, now // 1000)
+        else:
+            records = batch.records
+            data, count = encode_batch(records, now // 1000), len(records)
+        base = await self._produce(topic, partition, meta, data)
+        self._hw_hint[(topic, partition)] = base + count
+        self._fresh.pop((topic, partition), None)
+        return AppendResult(partition, base, base + count - 1, now)
 
     async def _produce(self, topic: str, partition: int, meta: _TopicMeta, data: bytes) -> int:
         request = produce_req.ProduceRequest(
@@ -528,6 +545,9 @@ class KafkaBackend(Backend):
         """From a Fetch at the last high watermark seen (no records decoded): its answer carries
         the log start and high watermark. (Tansu 0.6 answers ListOffsets "latest" with the base
         offset of the last batch plus one, so ListOffsets is not used for the high watermark.)"""
+        fresh = self._fresh.get((topic, partition))
+        if fresh is not None and trio.current_time() - fresh[2] < FRESH_S:
+            return PartitionInfo(topic, partition, fresh[0], fresh[1])
         hint = self._hw_hint.get((topic, partition), 0)
         try:
             _, hw, start = await self._fetch(topic, partition, hint, 1, 0)
@@ -541,6 +561,16 @@ class KafkaBackend(Backend):
     async def _fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, max_records: int = 1 << 62
     ) -> tuple[list[Record], int, int]:
+        data, hw, start = await self._fetch_raw(topic, partition, offset, max_bytes)
+        try:
+            return decode_batches(data, offset, max_records), hw, start
+        except KafkaRecordError as exc:
+            raise GatewayError(ErrorCode.CORRUPT_MESSAGE, f"{topic}/{partition}: {exc}") from exc
+
+    async def _fetch_raw(
+        self, topic: str, partition: int, offset: int, max_bytes: int
+    ) -> tuple[bytes, int, int]:
+        """(the record set, high watermark, log start) of one Fetch."""
         meta = await self._topic_meta(topic, partition)
         request = fetch_req.FetchRequest(
             replica_id=i32(-1),
@@ -575,43 +605,62 @@ class KafkaBackend(Backend):
                     raise await self._partition_error(
                         topic, partition, p.error_code, f"fetch from {topic}/{partition}"
                     )
-                try:
-                    records = decode_batches(p.records or b"", offset, max_records)
-                except KafkaRecordError as exc:
-                    raise GatewayError(
-                        ErrorCode.CORRUPT_MESSAGE, f"{topic}/{partition}: {exc}"
-                    ) from exc
                 hw = int(p.high_watermark)
+                start = int(p.log_start_offset)
                 self._hw_hint[(topic, partition)] = hw
-                return records, hw, int(p.log_start_offset)
+                self._fresh[(topic, partition)] = (max(start, 0), hw, trio.current_time())
+                return p.records or b"", hw, start
         raise unavailable(f"fetch from {topic}/{partition}: the broker answered no partition")
 
     async def read(
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> list[RecordBatch]:
-        records, hw, start = await self._fetch(topic, partition, offset, max_bytes, max_records)
-        if not records:
-            if offset < hw and max_bytes < (1 << 20):
-                # the first batch is larger than max_bytes and the broker sent a partial one
-                records, hw, start = await self._fetch(
-                    topic, partition, offset, 1 << 24, max_records
+        """One Fetch. The records come back as one canonical block (no per-record objects,
+        what the embedded log returns), or decoded when not dense (compaction, transactions)."""
+        data, hw, start = await self._fetch_raw(topic, partition, offset, max_bytes)
+        batch = self._batch_from(topic, partition, data, offset, max_records)
+        if batch is None and offset < hw and max_bytes < (1 << 20):
+            # the first batch is larger than max_bytes and the broker sent a partial one
+            data, hw, start = await self._fetch_raw(topic, partition, offset, 1 << 24)
+            batch = self._batch_from(topic, partition, data, offset, max_records)
+        if batch is None:
+            if start >= 0 and offset < start or offset > hw:
+                raise GatewayError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
                 )
-            if not records:
-                if start >= 0 and offset < start or offset > hw:
-                    raise GatewayError(
-                        ErrorCode.OFFSET_OUT_OF_RANGE,
-                        f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
-                    )
-                return []
-        if offset < 0 or records[0].offset != offset:
+            return []
+        if offset < 0 or batch.first_offset != offset:
             raise GatewayError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
             )
-        records = records[:max_records]
-        batch = RecordBatch(records, base_offset=offset)
-        batch.max_timestamp_us = max(r.timestamp_us for r in records)
         return [batch]
+
+    def _batch_from(
+        self, topic: str, partition: int, data: bytes, offset: int, max_records: int
+    ) -> RecordBatch | None:
+        try:
+            canonical = batches_to_canonical(data, max(offset, 0), max_records)
+            if canonical is not None:
+                block, count, max_ts = canonical
+                if not count:
+                    return None
+                return RecordBatch(
+                    encoded=block,
+                    codec=CANONICAL,
+                    count=count,
+                    base_offset=offset,
+                    max_timestamp_us=max_ts,
+                )
+            records = decode_batches(data, max(offset, 0), max_records)
+        except KafkaRecordError as exc:
+            raise GatewayError(ErrorCode.CORRUPT_MESSAGE, f"{topic}/{partition}: {exc}") from exc
+        if not records:
+            return None
+        batch = RecordBatch(records, base_offset=records[0].offset)
+        batch.max_timestamp_us = max(r.timestamp_us for r in records)
+        return batch
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_us: int) -> int:
         """ListOffsets by the millisecond, then a scan for the microsecond (the sub-millisecond

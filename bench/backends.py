@@ -1,0 +1,260 @@
+"""Real backends: Kafka 0.8 clients through the gateway into NATS JetStream and into Kafka (Tansu),
+beside the same through the gateway into the embedded log, and each system's own client direct.
+
+Workload: N records (default 100,000) of a 100-byte value and no key into one partition of a new
+topic; produce, then consume the partition from the beginning. Records/s = N / wall time of the
+client process. Rows, all measured in this one run:
+
+  gateway -> nats      kcat (librdkafka 2.0.2) in 0.8.2 mode -> kafka08 listener -> JetStream
+  gateway -> kafka     the same -> Tansu 0.6 (Kafka protocol, record batches v2)
+  gateway -> embedded  the same -> the embedded log (the Kafka-backend target's baseline)
+  nats-py direct       nats-py 2.16: JetStream publish_async (pipelined acks), then a pull
+                       consumer (ack none) fetching batches of 1000
+  librdkafka direct    confluent-kafka 2.16.1 (librdkafka 2.16.0, modern protocol) -> Tansu
+                       (kcat 1.7.1's librdkafka 2.0.2 cannot parse Tansu's ApiVersions v3 answer)
+
+kcat: produce with acks=1, linger 5 ms, 10,000-message batches; consume from the beginning with
+1 MiB fetches. Targets: gateway -> nats >= 1.0x nats-py direct; gateway -> kafka >= 0.7x
+gateway -> embedded (both directions).
+
+Needs .ci/deps/realbackends.sh (kcat, .test-venvs/realbackends). Usage:
+python bench/backends.py [--records N]. Writes bench/results/backends.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.backends.servers import NatsServer, TansuServer  # noqa: E402
+
+VALUE_BYTES = 100
+KCAT_08 = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.8.2.2"]
+VENV_PY = ROOT / ".test-venvs" / "realbackends" / "bin" / "python"
+
+
+def toml(data: dict) -> str:
+    lines = []
+    for section, body in data.items():
+        items = body.items() if section in ("listeners", "backends") else [(None, body)]
+        for name, table in items:
+            lines.append(f"[{section}.{name}]" if name else f"[{section}]")
+            for k, v in table.items():
+                lines.append(f"{k} = {json.dumps(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def gateway_run(backend: dict, n: int, tmp: Path) -> dict[str, float]:
+    config = {
+        "server": {"data_dir": str(tmp / "data"), "log_format": "json", "log_level": "warning"},
+        "admin": {"enabled": False},
+        "listeners": {"kafka08": {"host": "127.0.0.1", "port": 0}},
+        "backends": {"default": backend},
+    }
+    (tmp / "gw.toml").write_text(toml(config))
+    with open(tmp / "gw.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "gw.toml")],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=ROOT,
+        )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        if not line.startswith("listening"):
+            sys.exit(f"gateway did not start: {line!r}\n{(tmp / 'gw.log').read_text()[-3000:]}")
+        port = line.split("kafka08=")[1].split()[0].rsplit(":", 1)[1]
+        bootstrap = f"127.0.0.1:{port}"
+        records = tmp / "records.txt"
+        records.write_bytes((b"v" * VALUE_BYTES + b"\n") * n)
+        commands = {
+            "produce": ["kcat", "-b", bootstrap, "-P", "-t", "bench", "-p", "0", *KCAT_08,
+                        "-X", "request.required.acks=1", "-X", "linger.ms=5",
+                        "-X", "batch.num.messages=10000",
+                        "-X", "queue.buffering.max.messages=2000000", "-l", str(records)],
+            "fetch": ["kcat", "-b", bootstrap, "-C", "-t", "bench", "-p", "0", *KCAT_08,
+                      "-o", "beginning", "-c", str(n), "-e", "-q", "-f", "%o\n",
+                      "-X", "fetch.message.max.bytes=1048576"],
+        }  # fmt: skip
+        out = {}
+        for phase in ("produce", "fetch"):
+            t0 = time.perf_counter()
+            res = subprocess.run(commands[phase], capture_output=True, timeout=600)
+            seconds = time.perf_counter() - t0
+            if res.returncode != 0:
+                sys.exit(f"kcat failed ({phase}): {res.stderr[-3000:]!r}")
+            if phase == "fetch":
+                offsets = res.stdout.split()
+                if len(offsets) != n or int(offsets[-1]) != n - 1:
+                    sys.exit(f"fetch: got {len(offsets)} of {n} records")
+            out[phase] = n / seconds
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+NATS_PY = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
+
+    async def main(url, n, size):
+        nc = await nats.connect(url)
+        js = nc.jetstream(publish_async_max_pending=10000)
+        await js.add_stream(StreamConfig(name="DIRECT", subjects=["direct"]))
+        value = b"v" * size
+        t = time.perf_counter()
+        for _ in range(n):
+            await js.publish_async("direct", value)
+        await js.publish_async_completed()
+        produce = n / (time.perf_counter() - t)
+        t = time.perf_counter()
+        sub = await js.pull_subscribe(
+            "direct", durable=None, stream="DIRECT",
+            config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL),
+        )
+        got = 0
+        while got < n:
+            got += len(await sub.fetch(batch=min(1000, n - got), timeout=10))
+        fetch = n / (time.perf_counter() - t)
+        await nc.close()
+        print(json.dumps({"produce": produce, "fetch": fetch}))
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    """
+)
+
+LIBRDKAFKA = textwrap.dedent(
+    """
+    import json, sys, time
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("direct", 1, 1)])["direct"].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+                  "batch.num.messages": 10000, "queue.buffering.max.messages": 2000000})
+    value = b"v" * size
+    t = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce("direct", value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    assert p.flush(60) == 0
+    produce = n / (time.perf_counter() - t)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                  "fetch.message.max.bytes": 1048576})
+    c.assign([TopicPartition("direct", 0, 0)])
+    t = time.perf_counter()
+    got = 0
+    while got < n:
+        for m in c.consume(10000, 5):
+            if m.error() is None:
+                got += 1
+    fetch = n / (time.perf_counter() - t)
+    c.close()
+    print(json.dumps({"produce": produce, "fetch": fetch}))
+    """
+)
+
+
+def direct(script: str, target: str, n: int) -> dict[str, float]:
+    res = subprocess.run(
+        [str(VENV_PY), "-c", script, target, str(n), str(VALUE_BYTES)],
+        capture_output=True,
+        timeout=900,
+    )
+    if res.returncode != 0:
+        sys.exit(f"direct client failed: {res.stderr.decode()[-3000:]}")
+    return json.loads(res.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    args = parser.parse_args()
+    n = args.records
+    if not VENV_PY.exists():
+        sys.exit("missing .test-venvs/realbackends: run .ci/deps/realbackends.sh first")
+    print(__doc__.split("\n\n")[1].replace("\n", " "))
+    load = os.getloadavg()
+    print(
+        f"N={n} records of {VALUE_BYTES} B, no key, 1 partition; {os.cpu_count()} CPUs, load "
+        f"average {load[0]:.1f} at start (the brokers, the gateway and the clients share them)"
+    )
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        with NatsServer(tmp / "js") as nats:
+            (tmp / "gn").mkdir()
+            rows["gateway -> nats"] = gateway_run({"type": "nats", "url": nats.url}, n, tmp / "gn")
+            rows["nats-py direct"] = direct(NATS_PY, nats.url, n)
+        with TansuServer() as tansu:
+            (tmp / "gk").mkdir()
+            rows["gateway -> kafka"] = gateway_run(
+                {"type": "kafka", "bootstrap": tansu.bootstrap}, n, tmp / "gk"
+            )
+            rows["librdkafka direct"] = direct(LIBRDKAFKA, tansu.bootstrap, n)
+        (tmp / "ge").mkdir()
+        rows["gateway -> embedded"] = gateway_run({"type": "embedded"}, n, tmp / "ge")
+
+    print(f"{'path':<22}{'produce rec/s':>15}{'fetch rec/s':>14}")
+    for name, r in rows.items():
+        print(f"{name:<22}{r['produce']:>15,.0f}{r['fetch']:>14,.0f}")
+    checks = {}
+    for phase in ("produce", "fetch"):
+        nats_ratio = rows["gateway -> nats"][phase] / rows["nats-py direct"][phase]
+        kafka_ratio = rows["gateway -> kafka"][phase] / rows["gateway -> embedded"][phase]
+        checks[phase] = {
+            "nats_vs_nats_py": round(nats_ratio, 3),
+            "nats_target_1.0_met": nats_ratio >= 1.0,
+            "kafka_vs_embedded": round(kafka_ratio, 3),
+            "kafka_target_0.7_met": kafka_ratio >= 0.7,
+        }
+        print(
+            f"{phase:8} gateway->nats / nats-py direct = {nats_ratio:.2f} (target 1.0: "
+            f"{'met' if nats_ratio >= 1.0 else 'MISSED'});  gateway->kafka / gateway->embedded = "
+            f"{kafka_ratio:.2f} (target 0.7: {'met' if kafka_ratio >= 0.7 else 'MISSED'})"
+        )
+    out = ROOT / "bench" / "results" / "backends.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "workload": {"records": n, "value_bytes": VALUE_BYTES, "partitions": 1},
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "load_average_1m_at_start": round(load[0], 2),
+                },
+                "records_per_s": {k: {p: round(v) for p, v in r.items()} for k, r in rows.items()},
+                "targets": checks,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
