@@ -63,6 +63,7 @@ BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "nats": nats_backend,
     "kafka": kafka_backend,
     "upstream-tank": upstream_factory("tank"),
+    "upstream-cursus": upstream_factory("cursus"),
 }
 
 

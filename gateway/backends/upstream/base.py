@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.backends.base import Backend, check_partitions, check_topic_name, unsupported
 from gateway.backends.upstream.pool import Pool
-from gateway.model import ErrorCode, GatewayError, TopicInfo
+from gateway.model import ErrorCode, GatewayError, Record, TopicInfo
 
 OFFSETS_NS = "offsets"  # gateway.core.groups: key "group\x1ftopic\x1fpartition"
 PROTOCOLS = ("kafka08", "iggy", "tank", "liftbridge", "cursus")
@@ -154,3 +154,17 @@ class UpstreamBackend(Backend):
         if found is None:
             return None
         return json.dumps({"offset": found[0], "metadata": found[1]}).encode()
+
+
+def within(records: list[Record], max_records: int, max_bytes: int) -> list[Record]:
+    """At most ``max_records`` records, stopping once ``max_bytes`` is reached (soft: the first
+    record always comes back)."""
+    out: list[Record] = []
+    size = 0
+    for r in records[: max(1, max_records)]:
+        if out and size >= max_bytes:
+            break
+        out.append(r)
+        size += len(r.key or b"") + len(r.value or b"") + sum(len(k) + len(v) for k, v in r.headers)
+        size += 24
+    return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.backends.base import Capabilities, unsupported
-from gateway.backends.upstream.base import UpstreamBackend
+from gateway.backends.upstream.base import UpstreamBackend, within
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -173,10 +173,14 @@ class TankUpstream(UpstreamBackend):
             raise GatewayError(
                 ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} above the high watermark {hwmark}"
             )
-        records = [
-            Record(m.key or None, m.content, (), m.timestamp_ms * 1000, m.seq - 1)
-            for m in messages[:max_records]
-        ]
+        records = within(
+            [
+                Record(m.key or None, m.content, (), m.timestamp_ms * 1000, m.seq - 1)
+                for m in messages
+            ],
+            max_records,
+            max_bytes,
+        )
         if not records:
             return []
         batch = RecordBatch(records, base_offset=offset)
