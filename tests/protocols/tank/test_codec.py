@@ -356,3 +356,42 @@ def test_fuzzed_bundles_fail_cleanly(data: bytes) -> None:
         B.scan_bundle(data)
     except B.BundleError:
         pass
+
+
+def rich_producer_bundle() -> bytes:
+    """flags 0x84 (extra flags follow, count 1), extra 0x01 (rich producer info: leader epoch
+    u32, producer id u64, producer epoch u16), then one message."""
+    rich = (7).to_bytes(4, "little") + (123456).to_bytes(8, "little") + (3).to_bytes(2, "little")
+    return b"\x84\x01" + rich + b"\x00" + V.TS + b"\x04rich"
+
+
+def test_rich_producer_extra_flags_are_accepted() -> None:
+    bundle = rich_producer_bundle()
+    header, msgs = B.decode_bundle(bundle, base_seq=1)
+    assert header.producer == (7, 123456, 3) and header.count == 1
+    assert msgs == [B.TankMessage(1, V.TS_MS, None, b"rich")]
+    req = server_decode(V.produce_frame(b"orders", 0, bundle))
+    assert req.topics[0].partitions[0].info.header.producer == (7, 123456, 3)
+    # extra flags without the rich-producer bit: nothing else follows
+    _, msgs = B.decode_bundle(b"\x84\x00\x00" + V.TS + b"\x01x", base_seq=1)
+    assert [m.content for m in msgs] == [b"x"]
+
+
+def sparse_with_gap(first: int = 10) -> bytes:
+    """SPARSE, 3 messages, seqs 10, 12, 13 (from ``first``): last-first-1 = 2; the middle
+    message has flag 4 clear and a seq delta of 1 (12 = 10 + 1 + 1)."""
+    return (
+        b"\x4c"
+        + first.to_bytes(8, "little")
+        + b"\x02"
+        + (b"\x00" + V.TS + b"\x01a")
+        + (b"\x02\x01\x01b")
+        + (b"\x02\x01c")
+    )
+
+
+def test_sparse_bundle_with_a_gap() -> None:
+    header, msgs = B.decode_bundle(sparse_with_gap())
+    assert (header.first_seq, header.last_seq) == (10, 13)
+    assert [(m.seq, m.content) for m in msgs] == [(10, b"a"), (12, b"b"), (13, b"c")]
+    assert not B.scan_bundle(sparse_with_gap()).contiguous

@@ -225,3 +225,18 @@ def test_client_ping_gets_no_answer(raw: Raw, orders_events) -> None:
     raw.send(V.GREETING)
     # the next frame is the answer to the request after the ping, not a ping
     assert raw.ask(V.DISCOVER_PARTITIONS_ORDERS)[0] == 0x06
+
+
+def test_rich_producer_bundle_and_sparse_gap(raw: Raw) -> None:
+    from tests.protocols.tank.test_codec import rich_producer_bundle, sparse_with_gap
+
+    assert create(raw, b"rich", 1)[-1] == 0
+    assert raw.ask(V.produce_frame(b"rich", 0, rich_producer_bundle())) == V.PRODUCE_OK
+    resp = C.decode_response(0x02, raw.ask(V.consume_frame(b"rich", 0, 0))[5:])
+    got = resp.topics[0].partitions[0].messages()
+    assert [(m.seq, m.content, m.timestamp_ms) for m in got] == [(1, b"rich", V.TS_MS)]
+    # explicit sequence numbers with a gap cannot be stored densely: 0x0a, nothing stored
+    gap = sparse_with_gap(first=2)  # starts right after the hwmark, but 3 is missing
+    assert raw.ask(V.produce_frame(b"rich", 0, gap))[-1] == C.P_INVALID_SEQNUMS
+    resp = C.decode_response(0x02, raw.ask(V.consume_frame(b"rich", 0, 0))[5:])
+    assert resp.topics[0].partitions[0].hwmark == 1
