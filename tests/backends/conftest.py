@@ -64,6 +64,7 @@ BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "kafka": kafka_backend,
     "upstream-tank": upstream_factory("tank"),
     "upstream-cursus": upstream_factory("cursus"),
+    "upstream-iggy": upstream_factory("iggy"),
 }
 
 

@@ -42,10 +42,24 @@ def strip(records: Any) -> list[tuple[Any, ...]]:
     return [(r.key, r.value, r.headers, r.timestamp_us) for r in records]
 
 
+class _AnyTime:
+    """Equal to every timestamp: what a backend that stamps its own time gives back."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int)
+
+    def __repr__(self) -> str:
+        return "<its own time>"
+
+
 def kept(backend: Backend, records: Any) -> list[tuple[Any, ...]]:
     """``strip`` of the records as the backend declares it keeps them (``stored_form``: the
-    identity for backends that keep every field)."""
-    return strip(backend.stored_form(r) for r in records)
+    identity for backends that keep every field). A backend without timestamps has its own
+    (a stored form with timestamp -1): any time matches there."""
+    out = strip(backend.stored_form(r) for r in records)
+    if not backend.capabilities.timestamps:
+        out = [(k, v, h, _AnyTime()) for k, v, h, _ in out]
+    return out
 
 
 async def read_all(backend: Backend, topic: str, partition: int, offset: int) -> list[Record]:
