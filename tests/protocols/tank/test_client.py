@@ -191,3 +191,24 @@ async def test_one_consume_of_several_topics_and_partitions(addr) -> None:
         p0, p1 = resp.topics[0].partitions
         assert [(m.seq, m.content) for m in p0.messages()] == [(1, b"p0-new")]
         assert (p1.err, p1.hwmark, p1.messages()) == (0, 2, [])
+
+
+async def test_tail_consume_waits_for_min_bytes(addr) -> None:
+    from gateway.protocols.tank import codec as C
+
+    async with await TankClient.connect(*addr) as c, await TankClient.connect(*addr) as p:
+        assert await c.create_topic("minb", 1) == 0
+        req = C.ConsumeRequest(
+            7, [C.ConsumeTopic("minb", [C.ConsumePartitionRequest(0, TAIL, 1 << 20)])], 20_000, 500
+        )
+        await c.stream.send_all(c.conn.send(req))
+        with trio.fail_after(10):
+            assert await p.produce("minb", 0, [(None, b"small", TS)]) == 0
+            # 5 bytes are not min_bytes: the consume stays parked (no answer arrives)
+            with trio.move_on_after(0.3):
+                c.conn.receive_data(await c.stream.receive_some(1 << 16))
+            assert c.conn.next_event() is C.NEED_DATA
+            assert await p.produce("minb", 0, [(None, b"x" * 600, TS)]) == 0
+            resp = await c.response(7)
+        got = resp.topics[0].partitions[0].messages()
+        assert [(m.seq, len(m.content)) for m in got] == [(1, 5), (2, 600)]
