@@ -49,6 +49,9 @@ class Capabilities:
     notifies_appends: bool = True
     """True when every append becomes visible through ``append_listener`` (local backends).
     False: the core's waiters poll ``partition_info`` instead."""
+    delete_topics: bool | None = None
+    """Whether topics can be deleted; None: as ``topic_admin`` (which covers both deleting
+    topics and adding partitions where a backend has both or neither)."""
     create_topics: bool = True
     """True when ``create_topic`` makes a topic with the asked partition count (False: topics
     are made outside the gateway, e.g. a Kafka 0.8 cluster's admin tools)."""

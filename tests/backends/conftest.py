@@ -65,6 +65,7 @@ BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "upstream-tank": upstream_factory("tank"),
     "upstream-cursus": upstream_factory("cursus"),
     "upstream-iggy": upstream_factory("iggy"),
+    "upstream-liftbridge": upstream_factory("liftbridge"),
 }
 
 

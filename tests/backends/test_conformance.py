@@ -279,8 +279,9 @@ async def test_topic_admin(backend: Backend) -> None:
 
     caps = backend.capabilities
     await backend.append("admin.a", 2, RecordBatch(make_records(4)))
-    await expect_capability(backend, caps.topic_admin, lambda: backend.delete_topic("admin.b"))
-    if caps.topic_admin:
+    deletes = caps.topic_admin if caps.delete_topics is None else caps.delete_topics
+    await expect_capability(backend, deletes, lambda: backend.delete_topic("admin.b"))
+    if deletes:
         await raises(ErrorCode.UNKNOWN_TOPIC, backend.topic("admin.b"))
         await raises(ErrorCode.UNKNOWN_TOPIC, backend.delete_topic("admin.b"))
         assert "admin.b" not in [t.name for t in await backend.list_topics()]

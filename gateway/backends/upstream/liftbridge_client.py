@@ -18,6 +18,14 @@ from gateway.protocols.liftbridge.codec import (
     Status,
 )
 
+_ASYNC_STATUS = {
+    pb.PublishAsyncError.NOT_FOUND: Status.NOT_FOUND,
+    pb.PublishAsyncError.BAD_REQUEST: Status.INVALID_ARGUMENT,
+    pb.PublishAsyncError.READONLY: Status.FAILED_PRECONDITION,
+    pb.PublishAsyncError.PERMISSION_DENIED: Status.PERMISSION_DENIED,
+}
+"""PublishAsync reports a failed publish in the message (its own codes): as gRPC statuses."""
+
 
 class GrpcStatusError(Exception):
     """The server ended a call with a non-OK gRPC status."""
@@ -174,7 +182,9 @@ class LiftbridgeClient:
                     resp = ev.message
                     if resp.HasField("asyncError"):
                         raise GrpcStatusError(
-                            "PublishAsync", resp.asyncError.code, resp.asyncError.message
+                            "PublishAsync",
+                            _ASYNC_STATUS.get(resp.asyncError.code, Status.INTERNAL),
+                            resp.asyncError.message,
                         )
                     offsets[int(resp.correlationId or resp.ack.correlationId)] = resp.ack.offset
                     left -= 1

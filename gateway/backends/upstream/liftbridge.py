@@ -1,0 +1,199 @@
+"""Upstream Liftbridge: a Liftbridge server (or a gateway's Liftbridge listener) through
+``gateway.backends.upstream.liftbridge_client`` (gRPC on the codec's client role).
+
+Mapping: a topic is a stream (``topic_prefix`` + name), its ``subject`` setting the stream's
+subject (default: the name); partitions and offsets are Liftbridge's. Records: key and value (an
+empty key is no key, a null value is empty); headers go through Liftbridge's header map: one
+value per name (the last one wins), sorted by name; ``subject`` and ``reply``, which a Liftbridge
+server adds to every message, are left out, and reserved ``_gw.*`` headers are not served back.
+The server stamps the time (a read gives it, in microseconds). Appends are one PublishAsync call
+per batch (ack policy ALL, offsets from the acks); reads are a Subscribe from the offset with a
+stop offset. Streams are created and deleted; Liftbridge cannot add or remove partitions, look
+up offsets by time through this backend, keep offset metadata or a key-value store
+(UNSUPPORTED). The log start is not reported by Liftbridge: 0 is assumed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.backends.base import Capabilities, unsupported
+from gateway.backends.upstream.base import UpstreamBackend, within
+from gateway.backends.upstream.liftbridge_client import GrpcStatusError, LiftbridgeClient
+from gateway.model import (
+    RESERVED_HEADER_PREFIX,
+    AppendResult,
+    ErrorCode,
+    GatewayError,
+    PartitionInfo,
+    Record,
+    RecordBatch,
+    TopicInfo,
+)
+from gateway.protocols.liftbridge import codec as lc
+
+SERVER_HEADERS = frozenset({"subject", "reply"})
+_STATUS = {
+    lc.Status.ALREADY_EXISTS: ErrorCode.TOPIC_EXISTS,
+    lc.Status.OUT_OF_RANGE: ErrorCode.OFFSET_OUT_OF_RANGE,
+    lc.Status.INVALID_ARGUMENT: ErrorCode.INVALID_REQUEST,
+    lc.Status.UNAVAILABLE: ErrorCode.BACKEND_UNAVAILABLE,
+    lc.Status.DEADLINE_EXCEEDED: ErrorCode.TIMEOUT,
+    lc.Status.FAILED_PRECONDITION: ErrorCode.READ_ONLY,
+    lc.Status.UNIMPLEMENTED: ErrorCode.UNSUPPORTED,
+    lc.Status.PERMISSION_DENIED: ErrorCode.UNAUTHORIZED,
+    lc.Status.UNAUTHENTICATED: ErrorCode.UNAUTHENTICATED,
+    lc.Status.RESOURCE_EXHAUSTED: ErrorCode.RECORD_TOO_LARGE,
+}
+
+
+def status_error(exc: GrpcStatusError, what: str) -> GatewayError:
+    if exc.status == lc.Status.NOT_FOUND:
+        code = (
+            ErrorCode.UNKNOWN_PARTITION if "partition" in exc.message else ErrorCode.UNKNOWN_TOPIC
+        )
+    else:
+        code = _STATUS.get(exc.status, ErrorCode.INTERNAL)
+    return GatewayError(code, f"{what}: {exc}")
+
+
+class LiftbridgeUpstream(UpstreamBackend):
+    protocol = "liftbridge"
+    protocol_errors = (lc.RemoteProtocolError,)
+    capabilities = Capabilities(
+        timestamps=False,
+        topic_admin=False,
+        delete_topics=True,
+        delete_partitions=False,
+        offset_for_timestamp=False,
+        kv_store=False,
+        committed_offsets=False,
+        durable=True,
+        notifies_appends=False,
+    )
+
+    async def _connect(self) -> LiftbridgeClient:
+        return await LiftbridgeClient.connect(self.host, self.port)
+
+    def stored_form(self, record: Record) -> Record:
+        headers = {
+            k: v
+            for k, v in record.headers
+            if k not in SERVER_HEADERS and not k.startswith(RESERVED_HEADER_PREFIX)
+        }
+        kept = tuple(sorted(headers.items()))
+        return Record(record.key or None, record.value or b"", kept, -1, record.offset)
+
+    async def _rpc(self, fn: Any, what: str, retry: bool = True) -> Any:
+        async def run(client: LiftbridgeClient) -> Any:
+            try:
+                return await fn(client)
+            except GrpcStatusError as exc:
+                return exc
+
+        result = await self.call(run, retry=retry)
+        if isinstance(result, GrpcStatusError):
+            raise status_error(result, what)
+        return result
+
+    # ------------------------------------------------------------------ topics
+    def _info(self, meta: Any) -> TopicInfo | None:
+        name = self.down(meta.name)
+        if name is None:
+            return None
+        config = dict(self._topic_config.get(name, ()))
+        config["subject"] = meta.subject
+        return TopicInfo(name, len(meta.partitions), tuple(sorted(config.items())))
+
+    async def create_topic(
+        self, name: str, partitions: int, config: tuple[tuple[str, str], ...] = ()
+    ) -> TopicInfo:
+        self.check_new_topic(name, partitions)
+        subject = dict(config).get("subject") or self.up(name)
+        await self._rpc(
+            lambda c: c.create_stream(self.up(name), partitions, subject),
+            f"create stream {name}",
+            retry=False,
+        )
+        self._topic_config[name] = tuple(config)
+        return await self.topic(name)
+
+    async def list_topics(self) -> list[TopicInfo]:
+        meta = await self._rpc(lambda c: c.metadata(), "fetch metadata")
+        found = (self._info(m) for m in meta.streamMetadata if m.error == 0)
+        return [t for t in found if t is not None]
+
+    async def topic(self, name: str) -> TopicInfo:
+        meta = await self._rpc(lambda c: c.metadata([self.up(name)]), f"metadata of {name}")
+        for m in meta.streamMetadata:
+            if m.name == self.up(name) and m.error == 0:
+                info = self._info(m)
+                if info is not None:
+                    return info
+        raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+
+    async def delete_topic(self, name: str) -> None:
+        await self._rpc(lambda c: c.delete_stream(self.up(name)), f"delete {name}", retry=False)
+
+    async def create_partitions(self, name: str, count: int) -> TopicInfo:
+        raise unsupported("adding partitions (Liftbridge streams cannot grow)", self.name)
+
+    async def partition_info(self, topic: str, partition: int) -> PartitionInfo:
+        if partition < 0:
+            raise GatewayError(ErrorCode.UNKNOWN_PARTITION, f"no partition {partition}")
+        md = await self._rpc(
+            lambda c: c.partition_metadata(self.up(topic), partition),
+            f"partition metadata of {topic}/{partition}",
+        )
+        return PartitionInfo(topic, partition, 0, md.highWatermark + 1)
+
+    # ------------------------------------------------------------------ data
+    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+        records = batch.records
+        if not records:
+            info = await self.partition_info(topic, partition)
+            return AppendResult(partition, info.high_watermark, info.high_watermark - 1)
+        messages = [
+            (r.key, r.value, {k: v for k, v in self.stored_form(r).headers}) for r in records
+        ]
+        offsets = await self._rpc(
+            lambda c: c.publish_many(self.up(topic), partition, messages),
+            f"publish to {topic}/{partition}",
+            retry=False,
+        )
+        return AppendResult(partition, offsets[0], offsets[-1])
+
+    async def read(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> list[RecordBatch]:
+        if offset < 0:
+            raise GatewayError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is negative")
+        info = await self.partition_info(topic, partition)
+        hw = info.high_watermark
+        if offset > hw:
+            raise GatewayError(
+                ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} above the high watermark {hw}"
+            )
+        if offset == hw:
+            return []
+        stop = min(hw - 1, offset + max(1, max_records) - 1)
+        messages = await self._rpc(
+            lambda c: c.fetch(self.up(topic), partition, offset, stop),
+            f"subscribe to {topic}/{partition}@{offset}",
+        )
+        records = [
+            Record(
+                m.key or None,
+                m.value,
+                tuple(sorted((k, v) for k, v in m.headers.items() if k not in SERVER_HEADERS)),
+                m.timestamp // 1000 if m.timestamp > 0 else -1,
+                m.offset,
+            )
+            for m in messages
+        ]
+        records = within(records, max_records, max_bytes)
+        return [RecordBatch(records, base_offset=offset)] if records else []
+
+
+def make(name: str, config: Any) -> LiftbridgeUpstream:
+    return LiftbridgeUpstream(name, config)
