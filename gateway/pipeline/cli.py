@@ -20,7 +20,10 @@ class PipelineCliError(Exception):
 
 
 def _bootstrap(args: argparse.Namespace) -> str:
+    from gateway.pipeline.client import parse_bootstrap
+
     if getattr(args, "bootstrap", None):
+        parse_bootstrap(args.bootstrap)  # a clear error before Spark starts
         return args.bootstrap
     from gateway.config import load_config
 
@@ -103,8 +106,11 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from gateway.pipeline.client import parse_bootstrap
     from gateway.pipeline.jobs import copy_topic, progress
 
+    parse_bootstrap(args.source)
+    parse_bootstrap(args.target)
     spark = _spark(args)
     with progress(spark, f"copy {args.topic}"):
         report = copy_topic(

@@ -191,6 +191,29 @@ def copy_topic(
 # ----------------------------------------------------------------------------- stats
 
 
+ISO = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"  # in the session's time zone (UTC, see spark.py)
+
+
+def fill_hours(hours: list[tuple[str, int]], max_span: int = 1000) -> list[tuple[str, int]]:
+    """Insert the empty hours between the first and the last (up to ``max_span`` hours)."""
+    from datetime import datetime, timedelta
+
+    if len(hours) < 2:
+        return hours
+    fmt = "%Y-%m-%d %H:00"
+    first = datetime.strptime(hours[0][0], fmt)
+    last = datetime.strptime(hours[-1][0], fmt)
+    span = int((last - first).total_seconds() // 3600)
+    if span > max_span:
+        return hours
+    have = dict(hours)
+    out = []
+    for i in range(span + 1):
+        h = (first + timedelta(hours=i)).strftime(fmt)
+        out.append((h, have.get(h, 0)))
+    return out
+
+
 def topic_stats(spark: Any, bootstrap: str, topic: str, **read_options: Any) -> dict[str, Any]:
     """Records per hour, key cardinality, record size distribution and per-partition counts."""
     from pyspark.sql import functions as F
@@ -210,44 +233,40 @@ def topic_stats(spark: Any, bootstrap: str, topic: str, **read_options: Any) -> 
             F.lit(0),
         )
     )
-    df = df.withColumn("size", size).cache()
-    try:
-        overall = df.agg(
-            F.count(F.lit(1)).alias("records"),
-            F.countDistinct("key").alias("distinct_keys"),
-            F.sum(F.col("key").isNull().cast("long")).alias("null_keys"),
-            F.sum("size").alias("bytes"),
-            F.min("size").alias("min"),
-            F.max("size").alias("max"),
-            F.avg("size").alias("mean"),
-            F.percentile_approx("size", [0.5, 0.9, 0.99], 10000).alias("pct"),
-            F.min("timestamp").alias("first"),
-            F.max("timestamp").alias("last"),
-        ).first()
-        hours = [
-            (r["hour"].strftime("%Y-%m-%d %H:00"), r["records"])
-            for r in df.groupBy(F.date_trunc("hour", "timestamp").alias("hour"))
-            .agg(F.count(F.lit(1)).alias("records"))
-            .orderBy("hour")
-            .collect()
-        ]
-        buckets = [
-            (int(r["bucket"]), r["records"])
-            for r in df.groupBy(
-                F.when(F.col("size") <= 1, F.lit(0))
-                .otherwise(F.ceil(F.log2(F.col("size"))))
-                .alias("bucket")
-            )
-            .agg(F.count(F.lit(1)).alias("records"))
-            .orderBy("bucket")
-            .collect()
-        ]
-        per_partition = {
-            int(r["partition"]): r["count"]
-            for r in df.groupBy("partition").count().orderBy("partition").collect()
-        }
-    finally:
-        df.unpersist()
+    df = df.withColumn("size", size)
+    overall = df.agg(
+        F.count(F.lit(1)).alias("records"),
+        F.countDistinct("key").alias("distinct_keys"),
+        F.sum(F.col("key").isNull().cast("long")).alias("null_keys"),
+        F.sum("size").alias("bytes"),
+        F.min("size").alias("min"),
+        F.max("size").alias("max"),
+        F.avg("size").alias("mean"),
+        F.percentile_approx("size", [0.5, 0.9, 0.99], 10000).alias("pct"),
+        F.date_format(F.min("timestamp"), ISO).alias("first"),
+        F.date_format(F.max("timestamp"), ISO).alias("last"),
+    ).first()
+    # One more pass for the small tables: counts per (hour, partition, size bucket).
+    bucket = F.when(F.col("size") <= 1, F.lit(0)).otherwise(F.ceil(F.log2(F.col("size"))))
+    cells = (
+        df.groupBy(
+            F.date_format(F.date_trunc("hour", "timestamp"), "yyyy-MM-dd HH:00").alias("hour"),
+            "partition",
+            bucket.alias("bucket"),
+        )
+        .agg(F.count(F.lit(1)).alias("n"))
+        .collect()
+    )
+    per_hour: dict[str, int] = {}
+    per_partition: dict[int, int] = {}
+    per_bucket: dict[int, int] = {}
+    for c in cells:
+        per_hour[c["hour"]] = per_hour.get(c["hour"], 0) + c["n"]
+        per_partition[c["partition"]] = per_partition.get(c["partition"], 0) + c["n"]
+        per_bucket[int(c["bucket"])] = per_bucket.get(int(c["bucket"]), 0) + c["n"]
+    hours = fill_hours(sorted(per_hour.items()))
+    buckets = sorted(per_bucket.items())
+    per_partition = dict(sorted(per_partition.items()))
     pct = overall["pct"] or [None, None, None]
     return {
         "topic": topic,
@@ -255,8 +274,8 @@ def topic_stats(spark: Any, bootstrap: str, topic: str, **read_options: Any) -> 
         "bytes": overall["bytes"] or 0,
         "distinct_keys": overall["distinct_keys"],
         "null_keys": overall["null_keys"] or 0,
-        "first": None if overall["first"] is None else overall["first"].isoformat(),
-        "last": None if overall["last"] is None else overall["last"].isoformat(),
+        "first": overall["first"],
+        "last": overall["last"],
         "size": {
             "min": overall["min"],
             "p50": pct[0],

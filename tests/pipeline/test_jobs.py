@@ -1,0 +1,69 @@
+"""The ``gateway pipeline stats`` job and the CLI's error paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gateway.cli import main as gateway_cli
+from gateway.model import Record
+from gateway.pipeline.client import GatewayClient
+from tests.pipeline.records import BASE_TS
+
+HOUR_US = 3_600_000_000
+
+
+def test_stats_per_hour_keys_sizes_and_chart(
+    spark: Any, bootstrap: str, client: GatewayClient, topic: str, tmp_path: Path, capsys: Any
+) -> None:
+    client.create_topic(topic, 2)
+    # hour 0: 30 records, hour 1: none, hour 2: 10; 7 distinct keys + 5 keyless; sizes known
+    recs = [
+        Record(b"k%d" % (i % 7), b"x" * (10 * (i % 4)), (), BASE_TS + i * 1000) for i in range(30)
+    ]
+    recs += [
+        Record(None, b"y" * 200, (("h", b"12345"),), BASE_TS + 2 * HOUR_US + i) for i in range(5)
+    ]
+    recs += [Record(b"k0", b"", (), BASE_TS + 2 * HOUR_US + 10 + i) for i in range(5)]
+    client.produce_batch(topic, recs[:20], 0)
+    client.produce_batch(topic, recs[20:], 1)
+    png = tmp_path / "stats.png"
+    assert (
+        gateway_cli(
+            ["pipeline", "stats", topic, "--bootstrap", bootstrap, "--json", "--png", str(png)]
+        )
+        == 0
+    )
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["records"] == 40
+    assert stats["distinct_keys"] == 7 and stats["null_keys"] == 5
+    assert stats["per_hour"] == [
+        ["2026-01-01 00:00", 30],
+        ["2026-01-01 01:00", 0],
+        ["2026-01-01 02:00", 10],
+    ]
+    assert stats["first"] == "2026-01-01T00:00:00.000000Z"
+    assert stats["per_partition"] == {"0": 20, "1": 20}
+    sizes = sorted(
+        len(r.key or b"") + len(r.value or b"") + sum(len(k) + len(v) for k, v in r.headers)
+        for r in recs
+    )
+    assert stats["bytes"] == sum(sizes)
+    assert stats["size"]["min"] == sizes[0] and stats["size"]["max"] == sizes[-1]
+    assert sum(n for _, _, n in stats["size_histogram"]) == 40
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+    assert gateway_cli(["pipeline", "stats", topic, "--bootstrap", bootstrap]) == 0
+    text = capsys.readouterr().out
+    assert f"topic {topic}: 40 records" in text and "7 distinct" in text
+
+
+def test_cli_errors_are_one_line(bootstrap: str, tmp_path: Path, capsys: Any) -> None:
+    # no Spark needed to refuse these
+    assert gateway_cli(["pipeline", "export", "t", str(tmp_path / "x"), "--bootstrap", "nope"]) == 1
+    assert "bootstrap must be host:port" in capsys.readouterr().err
+    missing = tmp_path / "missing.toml"
+    missing.write_text("[admin]\nenabled = false\n")
+    assert gateway_cli(["pipeline", "stats", "t", "--config", str(missing)]) == 1
+    assert "--bootstrap" in capsys.readouterr().err
