@@ -66,6 +66,7 @@ BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "upstream-cursus": upstream_factory("cursus"),
     "upstream-iggy": upstream_factory("iggy"),
     "upstream-liftbridge": upstream_factory("liftbridge"),
+    "upstream-kafka08": upstream_factory("kafka08"),
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import trio
 
 from gateway.backends.base import Backend
 from gateway.backends.upstream import UpstreamConfig, make_upstream
+from gateway.protocols.cursus.client import CursusClient
 from tests.backends.servers import _tag
 from tests.support import GatewayProcess
 
@@ -58,3 +59,19 @@ def upstream_factory(protocol: str) -> Callable[..., AbstractAsyncContextManager
         return _opened(make_upstream(f"upstream-{protocol}", config))
 
     return factory
+
+
+async def provision_on_second_gateway(backend: Any, name: str, partitions: int) -> None:
+    """Make a topic on the upstream server out of band (through the second gateway's Cursus
+    listener): for upstream protocols that cannot create topics (Kafka 0.8)."""
+    host, port = second_gateway().address("cursus")
+    async with await CursusClient.connect(host, port) as client:
+        reply = await client.text(f"CREATE topic={backend.up(name)} partitions={partitions}")
+    assert f"now has {partitions} partitions" in reply, reply
+
+
+TOPIC_PROVISIONERS: dict[str, Callable[[Any, str, int], Awaitable[None]]] = {
+    "upstream-kafka08": provision_on_second_gateway,
+}
+"""Backend name -> how the conformance suite makes a topic for a backend without
+``create_topics``."""
