@@ -55,21 +55,46 @@ def matrix_records(producer: str, consumer: str, count: int, t0_us: int) -> list
     ]
 
 
+def upstream_fields(protocol: str) -> frozenset[str]:
+    """The fields a record keeps through an upstream backend of ``protocol`` (its declared
+    capabilities): what a chain through it can carry."""
+    import importlib
+
+    module = importlib.import_module(f"gateway.backends.upstream.{protocol}")
+    caps = next(
+        v.capabilities
+        for v in vars(module).values()
+        if isinstance(v, type) and getattr(v, "protocol", "") == protocol
+    )
+    found = {"value"}
+    found |= {"key"} if caps.keys else set()
+    found |= {"headers"} if caps.headers else set()
+    found |= {"timestamp"} if caps.timestamps else set()
+    return frozenset(found)
+
+
 def check_pair(
     sent: Sequence[Record],
     got: Sequence[Record],
     producer: type[Driver],
     consumer: type[Driver],
     window_us: tuple[int, int],
+    through: str | None = None,
 ) -> tuple[tuple[str, ...], list[str]]:
-    """(fields compared, problems found)."""
+    """(fields compared, problems found). ``through``: the protocol of the upstream backend the
+    records went through (a chain), whose fields also bound what survives."""
     both = producer.produces & consumer.consumes
+    if through is not None:
+        both &= upstream_fields(through)
     checked = tuple(f for f in ("key", "value", "headers", "timestamp") if f in both)
     problems: list[str] = []
     if len(got) < len(sent):
         return checked, [f"consumed {len(got)} of {len(sent)} records"]
     lo, hi = window_us
-    unordered = "liftbridge" in (producer.name, consumer.name)  # Liftbridge headers are a map
+    # Liftbridge headers are a map: order is not kept through it
+    unordered = "liftbridge" in (producer.name, consumer.name, through)
+    # an upstream without timestamps gives none (0 or -1 at the consumer) or its own time
+    no_time = through is not None and "timestamp" not in upstream_fields(through)
     for i, (s, g) in enumerate(zip(sent, got, strict=False)):
         where = f"record {i}"
         if g.offset != i:
@@ -78,7 +103,7 @@ def check_pair(
             problems.append(f"{where}: value {g.value!r}, expected {s.value!r}")
         if "key" in both and g.key != s.key:
             problems.append(f"{where}: key {g.key!r}, expected {s.key!r}")
-        if "key" in consumer.consumes and "key" not in producer.produces and g.key is not None:
+        if "key" in consumer.consumes and "key" not in both and g.key is not None:
             problems.append(f"{where}: key {g.key!r}, expected none")
         if "headers" in both:
             want = sorted(s.headers) if unordered else list(s.headers)
@@ -90,7 +115,7 @@ def check_pair(
         if "timestamp" in both and g.timestamp_us != s.timestamp_us:
             problems.append(f"{where}: timestamp {g.timestamp_us}, expected {s.timestamp_us}")
         elif "timestamp" in consumer.consumes and "timestamp" not in both:
-            if not lo <= g.timestamp_us <= hi:
+            if not lo <= g.timestamp_us <= hi and not (no_time and g.timestamp_us <= 0):
                 problems.append(f"{where}: timestamp {g.timestamp_us} is not the append time")
         if len(problems) > 5:
             problems.append("...")
@@ -104,6 +129,7 @@ async def run_pair(
     topic: str,
     count: int,
     timeout_s: float = 30.0,
+    through: str | None = None,
 ) -> PairResult:
     result = PairResult(producer.name, consumer.name, count)
     t0 = (now_us() // 1000 - 3_600_000) * 1000
@@ -125,7 +151,7 @@ async def run_pair(
         result.error = f"{type(exc).__name__}: {exc}"
         return result
     result.checked, result.problems = check_pair(
-        sent, got[:count], type(producer), type(consumer), (lo, hi)
+        sent, got[:count], type(producer), type(consumer), (lo, hi), through
     )
     result.ok = not result.problems
     if result.problems:
@@ -140,9 +166,16 @@ async def run_matrix(
     protocols: Sequence[str] | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None,
     prefix: str | None = None,
+    through: str | None = None,
+    create_at: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[PairResult]:
     """Every ordered pair of ``protocols`` (default: those in ``addresses``), in order, each on
-    a topic of its own (``prefix`` + ``producer-to-consumer``, one partition)."""
+    a topic of its own (``prefix`` + ``producer-to-consumer``, one partition).
+
+    ``through``: the gateway's backend is an upstream of that protocol (a chain): the fields
+    compared are those the upstream keeps too. ``create_at``: listeners where the topics are
+    made (the upstream server's, for an upstream that cannot create topics); default the
+    gateway's own."""
     names = [p for p in (protocols or PROTOCOLS) if p in addresses]
     prefix = prefix if prefix is not None else f"matrix-{int(time.time() * 1000) % 10**9}-"
     options = options or {}
@@ -153,15 +186,21 @@ async def run_matrix(
             driver = DRIVERS[name](host, port, **dict(options.get(name, {})))
             await driver.open()
             drivers[name] = driver
-        creator = next((drivers[n] for n in CREATE_ORDER if n in drivers), None)
-        if creator is None:
+        where = create_at or addresses
+        name = next((n for n in CREATE_ORDER if n in where), None)
+        if name is None:
             raise ValueError("the matrix needs a Cursus, TANK, Liftbridge or Kafka 0.8 listener")
+        creator = DRIVERS[name](*where[name], **dict(options.get(name, {})))
+        await creator.open()
+        drivers[f"creator:{name}"] = creator
         results = []
         for p in names:
             for c in names:
                 topic = f"{prefix}{p}-to-{c}"
                 await creator.create_topic(topic, 1)
-                results.append(await run_pair(drivers[p], drivers[c], topic, count))
+                results.append(
+                    await run_pair(drivers[p], drivers[c], topic, count, through=through)
+                )
         return results
     finally:
         for driver in drivers.values():

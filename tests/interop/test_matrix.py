@@ -9,11 +9,20 @@ own tests (tests/protocols/*). One gateway serves all 25 pairs (a topic per pair
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import trio
 
 from gateway.interop.drivers import DRIVERS, PROTOCOLS
-from gateway.interop.matrix import PairResult, check_pair, format_table, matrix_records, run_matrix
+from gateway.interop.matrix import (
+    PairResult,
+    check_pair,
+    format_table,
+    matrix_records,
+    run_matrix,
+    upstream_fields,
+)
 from gateway.model import Record
 from tests.support import GatewayProcess
 
@@ -35,6 +44,39 @@ def embedded_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict:
         return run({name: gw.address(name) for name in PROTOCOLS})
 
 
+@pytest.fixture(scope="module")
+def chain_matrices(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """{upstream protocol: matrix results through a gateway chained to it}. The five chained
+    gateways start together (a start is seconds of imports); the matrices run one at a time."""
+    root = tmp_path_factory.mktemp("chains")
+    out = {}
+    with GatewayProcess(root / "b", listeners=LISTENERS, backend="embedded") as b:
+        upstream_server = {name: b.address(name) for name in PROTOCOLS}
+        chained = {}
+        for through in PROTOCOLS:
+            host, port = upstream_server[through]
+            backend = {"type": "upstream", "protocol": through, "address": f"{host}:{port}"}
+            chained[through] = GatewayProcess(
+                root / through, listeners=LISTENERS, backends={"default": backend}
+            )
+        try:
+            with ThreadPoolExecutor(len(chained)) as pool:
+                list(pool.map(GatewayProcess.start, chained.values()))
+            for through, a in chained.items():
+                print(f"== through an upstream {through} backend")
+                out[through] = run(
+                    {name: a.address(name) for name in PROTOCOLS},
+                    through=through,
+                    create_at=upstream_server,
+                    prefix=f"chain-{through}-",
+                )
+        finally:
+            for a in chained.values():
+                if a.proc is not None:
+                    a.stop()
+    return out
+
+
 @pytest.mark.parametrize(("producer", "consumer"), PAIRS, ids=[f"{p}-to-{c}" for p, c in PAIRS])
 def test_pair_on_the_embedded_backend(embedded_matrix: dict, producer: str, consumer: str) -> None:
     result = embedded_matrix[(producer, consumer)]
@@ -42,6 +84,33 @@ def test_pair_on_the_embedded_backend(embedded_matrix: dict, producer: str, cons
     # the fields compared are exactly those both ends carry, and always the value
     both = DRIVERS[producer].produces & DRIVERS[consumer].consumes
     assert set(result.checked) == both and "value" in both
+
+
+CHAINS = [(u, p, c) for u in PROTOCOLS for p, c in PAIRS]
+
+
+@pytest.mark.parametrize(
+    ("through", "producer", "consumer"),
+    CHAINS,
+    ids=[f"via-{u}-{p}-to-{c}" for u, p, c in CHAINS],
+)
+def test_pair_through_an_upstream_chain(
+    chain_matrices: dict, through: str, producer: str, consumer: str
+) -> None:
+    result = chain_matrices[through][(producer, consumer)]
+    assert result.ok, result.problems or result.error
+    both = DRIVERS[producer].produces & DRIVERS[consumer].consumes & upstream_fields(through)
+    assert set(result.checked) == both
+
+
+def test_what_the_upstreams_keep_matches_the_translation_table() -> None:
+    assert {u: set(upstream_fields(u)) for u in PROTOCOLS} == {
+        "kafka08": {"key", "value"},
+        "iggy": {"value", "headers"},
+        "tank": {"key", "value", "timestamp"},
+        "liftbridge": {"key", "value", "headers"},
+        "cursus": {"key", "value"},
+    }
 
 
 def test_what_the_drivers_declare_matches_the_translation_table() -> None:
