@@ -400,38 +400,49 @@ def batches_to_canonical(
             else:
                 nh, rpos = read(buf, rpos)
             ts = (base_ts + ts_delta) * 1000
-            hparts = []
-            kept = 0
-            for _ in range(nh):
-                hk, rpos = read(buf, rpos)
-                name = buf[rpos : rpos + hk]
-                rpos += hk
-                hv, rpos = read(buf, rpos)
-                hval = buf[rpos : rpos + hv] if hv > 0 else b""
-                if hv > 0:
-                    rpos += hv
-                if name == b"_gw.us":
-                    ts += int(hval or b"0")
-                    continue
-                hparts.append(fpack(hk, len(hval)) + name + hval)
-                kept += 1
             offset = base_offset + off_delta
-            if offset < min_offset:
-                continue
-            if offset != expect:
-                return None
-            expect += 1
-            append(pack(ts, klen, vlen, kept))
-            if klen > 0:
-                append(buf[kstart : kstart + klen])
-            if vlen > 0:
-                append(buf[vstart : vstart + vlen])
-            if hparts:
+            if nh:
+                hparts = []
+                kept = 0
+                for _ in range(nh):
+                    hk, rpos = read(buf, rpos)
+                    name = buf[rpos : rpos + hk]
+                    rpos += hk
+                    hv, rpos = read(buf, rpos)
+                    hval = buf[rpos : rpos + hv] if hv > 0 else b""
+                    if hv > 0:
+                        rpos += hv
+                    if name == b"_gw.us":
+                        ts += int(hval or b"0")
+                        continue
+                    hparts.append(fpack(hk, len(hval)) + name + hval)
+                    kept += 1
+                if offset < min_offset:
+                    continue
+                if offset != expect:
+                    return None
+                append(pack(ts, klen, vlen, kept))
+                if klen > 0:
+                    append(buf[kstart : kstart + klen])
+                if vlen > 0:
+                    append(buf[vstart : vstart + vlen])
                 parts.extend(hparts)
-            if min_ts < 0 or ts < min_ts:
-                min_ts = ts
+            else:
+                if offset < min_offset:
+                    continue
+                if offset != expect:
+                    return None
+                if klen > 0:
+                    append(pack(ts, klen, vlen, 0) + buf[kstart : kstart + klen])
+                else:
+                    append(pack(ts, klen, vlen, 0))
+                if vlen > 0:
+                    append(buf[vstart : vstart + vlen])
+            expect += 1
             if ts > max_ts:
                 max_ts = ts
+            if min_ts < 0 or ts < min_ts:
+                min_ts = ts
             count += 1
             if count >= max_records:
                 break
