@@ -680,46 +680,52 @@ def message_to_record(m: Message, timestamp_us: int, offset: int = -1) -> Record
     return Record(m.key or None, m.payload, tuple(headers), timestamp_us, offset)
 
 
+# reserved header -> (Message field index, integer mask or None for a string field)
+_FROM_HEADER: dict[str, tuple[int, int | None]] = {
+    H_SEQ: (1, 0xFFFFFFFFFFFFFFFF),
+    H_PRODUCER_ID: (2, None),
+    H_EPOCH: (4, -1),
+    H_EVENT_TYPE: (6, None),
+    H_SCHEMA_VERSION: (7, 0xFFFFFFFF),
+    H_AGGREGATE_VERSION: (8, 0xFFFFFFFFFFFFFFFF),
+    H_METADATA: (9, None),
+}
+
+
 def record_to_message(r: Record) -> Message:
     """A stored record as a Cursus message (offset = the record's offset). Headers that are not
     Cursus reserved headers have no place in the format and are dropped."""
-    pid = event_type = metadata = b""
-    seq = epoch = schema = aggregate = 0
+    key = bytes(r.key or b"")
+    fields: list = [
+        max(r.offset, 0),
+        0,
+        b"",
+        key[:0xFFFF],
+        0,
+        bytes(r.value or b""),
+        b"",
+        0,
+        0,
+        b"",
+    ]
     for name, value in r.headers:
-        if not name.startswith(RESERVED_HEADER_PREFIX):
+        spec = _FROM_HEADER.get(name)
+        if spec is None:
+            continue
+        index, mask = spec
+        if mask is None:
+            fields[index] = bytes(value)[:0xFFFF]
             continue
         try:
-            if name == H_PRODUCER_ID:
-                pid = bytes(value)
-            elif name == H_SEQ:
-                seq = int(value)
-            elif name == H_EPOCH:
-                epoch = int(value)
-            elif name == H_EVENT_TYPE:
-                event_type = bytes(value)
-            elif name == H_SCHEMA_VERSION:
-                schema = int(value)
-            elif name == H_AGGREGATE_VERSION:
-                aggregate = int(value)
-            elif name == H_METADATA:
-                metadata = bytes(value)
+            number = int(value)
         except ValueError:
             continue
-    key = bytes(r.key or b"")
-    if len(key) > 0xFFFF:
-        key = key[:0xFFFF]
-    return Message(
-        max(r.offset, 0),
-        seq & 0xFFFFFFFFFFFFFFFF,
-        pid[:0xFFFF],
-        key,
-        epoch,
-        bytes(r.value or b""),
-        event_type[:0xFFFF],
-        schema & 0xFFFFFFFF,
-        aggregate & 0xFFFFFFFFFFFFFFFF,
-        metadata[:0xFFFF],
-    )
+        if mask == -1:  # epoch: i64
+            if -(2**63) <= number < 2**63:
+                fields[index] = number
+        else:
+            fields[index] = number & mask
+    return Message._make(fields)
 
 
 # ------------------------------------------------------- the stored block (a model BatchCodec)
