@@ -183,7 +183,13 @@ def test_sigterm_answers_the_long_poll_in_hand_then_closes(tmp_path) -> None:
         polling = RawClient(gw.address("kafka08"))
         topic = new_topic(polling)
         body = c.FETCH_REQUEST(-1, 1000, 1, [c.FETCH_TOPIC(topic, [c.FETCH_PARTITION(0, 0, 100)])])
-        polling.send(1, 0, body)
+        # one write: a Metadata request, then the long poll. Answers are flushed before a Fetch
+        # is handled, so once the Metadata answer is here the Fetch is the request in hand.
+        polling.send_raw(
+            polling.conn.send_request(3, 0, c.METADATA_REQUEST([topic]))
+            + polling.conn.send_request(1, 0, body)
+        )
+        assert polling.receive().topics[0].topic == topic
         result: list = []
         waiter = threading.Thread(target=lambda: result.append(polling.receive()))
         waiter.start()
