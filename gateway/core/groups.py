@@ -52,6 +52,7 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     assignment: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     leader: str = ""
+    counts: dict[str, int] = field(default_factory=dict)  # partitions per topic when assigned
 
 
 PartitionCount = Callable[[str], Awaitable[int]]
@@ -128,6 +129,7 @@ class GroupCoordinator:
         group.leader = members[0] if members else ""
         topics = sorted({t for m in group.members.values() for t in m.topics})
         counts = {t: await partition_count(t) for t in topics}
+        group.counts = counts
         group.assignment = range_assign(
             members, {m: group.members[m].topics for m in members}, counts
         )
@@ -152,6 +154,11 @@ class GroupCoordinator:
             await self._rebalance(group, partition_count)
         else:
             existing.last_seen = trio.current_time()
+            # a rejoin after partitions were added or removed gets a fresh assignment
+            for topic, count in group.counts.items():
+                if await partition_count(topic) != count:
+                    await self._rebalance(group, partition_count)
+                    break
         return JoinGroupResult(
             name, member_id, group.generation, group.leader, tuple(sorted(group.members))
         )

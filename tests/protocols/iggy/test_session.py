@@ -201,6 +201,19 @@ async def test_consumer_groups_with_two_members(tmp_path: Path) -> None:
         off = await a.call(c.GetConsumerOffset(group(5), S1, T1, pa))
         assert off.stored_offset == 1
 
+        # partitions added to the topic are assigned on the next poll
+        await a.call(c.CreatePartitions(S1, T1, 1))
+        await a.poll(1, 1, 0, count=1, consumer=group(5))
+        det = await a.call(c.GetConsumerGroup(S1, T1, 5))
+        assert det.group.partitions_count == 3
+        assert sorted(p for _, parts in det.members for p in parts) == [1, 2, 3]
+        await a.call(c.DeletePartitions(S1, T1, 1))
+        await a.poll(1, 1, 0, count=1, consumer=group(5))
+        det = await a.call(c.GetConsumerGroup(S1, T1, 5))
+        assert sorted(p for _, parts in det.members for p in parts) == [1, 2]
+        members = dict(det.members)
+        pa, pb = members[me_a][0], members[me_b][0]
+
         # b leaves: a gets both partitions and resumes from the group's offsets
         await b.call(c.LeaveConsumerGroup(S1, T1, 5))
         assert await status_of(b, c.LeaveConsumerGroup(S1, T1, 5)) == (
