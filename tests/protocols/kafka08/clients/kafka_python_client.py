@@ -45,7 +45,7 @@ consumer = KafkaConsumer(
     api_version=api,
     group_id=group,
     auto_offset_reset="earliest",
-    consumer_timeout_ms=args.get("consumer_timeout_ms", 3000),
+    consumer_timeout_ms=args.get("consumer_timeout_ms", 15000),  # ends early at ``expect``
     enable_auto_commit=False,
 )
 tps = [TopicPartition(topic, p) for p in range(args.get("partitions", 1))]
