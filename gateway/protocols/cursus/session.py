@@ -972,7 +972,8 @@ class CursusSession:
         )
         synced = await self.core.execute(SyncGroup(group, member, joined.generation))
         self._touch(group, member)
-        self.state.rebalances[group] = (joined.generation, time.time())
+        if self.state.rebalances.get(group, (None, 0.0))[0] != joined.generation:
+            self.state.rebalances[group] = (joined.generation, time.time())
         assignments = [p for t, p in synced.assignment.partitions if t == binding.topic]
         return (
             f"OK generation={joined.generation} member={member} assignments={go_list(assignments)}"

@@ -323,14 +323,14 @@ async def test_fetch_offset_integer_dialect(tmp_path):
 
 
 async def test_session_timeout_rebalances(tmp_path):
-    async with cursus_gateway(tmp_path, session_timeout_ms=300) as addr:
+    async with cursus_gateway(tmp_path, session_timeout_ms=1500) as addr:
         async with await CursusClient.connect(*addr) as c:
             await c.text("CREATE topic=t partitions=2")
             a, _, _ = await join(c, "t", "g", "a")
             b, gen, _ = await join(c, "t", "g", "b")
             assert gen == 2
             hb = f"HEARTBEAT topic=t group=g member={a} generation=2"
-            with trio.fail_after(5):  # a heartbeats, b goes silent and times out
+            with trio.fail_after(10):  # a heartbeats, b goes silent and times out
                 while (reply := await c.text(hb)) == "OK":
                     await trio.sleep(0.05)
             assert reply == f"ERROR: GEN_MISMATCH current=3 requested=2 group=g member={a}"

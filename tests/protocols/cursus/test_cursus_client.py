@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import datetime
 
 import trio
 from cursus import Acks, Consumer, ConsumerConfig, Producer, ProducerConfig
@@ -127,10 +128,16 @@ async def test_two_members_share_the_partitions(tmp_path):
                     while (await status())["member_count"] != 1:
                         await trio.sleep(0.05)
                     b = Collector(config("bob"))
-                    # stable: two members and alice rejoined into bob's generation
+                    # stable: two members, each with a successful heartbeat since the last
+                    # rebalance (alice has rejoined into bob's generation)
                     while True:
                         st = await status()
-                        if st["member_count"] == 2 and all(m["assignments"] for m in st["members"]):
+                        if st["member_count"] == 2 and all(
+                            m["assignments"]
+                            and datetime.fromisoformat(m["last_heartbeat"])
+                            > datetime.fromisoformat(st["last_rebalance"])
+                            for m in st["members"]
+                        ):
                             break
                         await trio.sleep(0.05)
                     await trio.sleep(1.0)  # let both STREAM workers start on the new assignment
