@@ -190,14 +190,6 @@ class RecordBatch:
             return self._encoded
         return None
 
-    def encoded_block(self, codec: BatchCodec) -> bytes | memoryview | None:
-        """The whole encoded block (ignoring the window) if it is in ``codec``'s format, else
-        None. A same-format reader cuts the window itself: it starts ``first_offset -
-        base_offset`` records into the block and holds ``count`` records."""
-        if self.codec is codec and self._encoded is not None:
-            return self._encoded
-        return None
-
     def encode(self, codec: BatchCodec) -> bytes | memoryview:
         """The window's records in ``codec``'s format, re-encoding only when needed."""
         block = self.encoded_as(codec)
