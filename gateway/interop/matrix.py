@@ -180,11 +180,17 @@ async def run_matrix(
     prefix = prefix if prefix is not None else f"matrix-{int(time.time() * 1000) % 10**9}-"
     options = options or {}
     drivers: dict[str, Driver] = {}
+    broken: dict[str, str] = {}
     try:
         for name in names:
             host, port = addresses[name]
             driver = DRIVERS[name](host, port, **dict(options.get(name, {})))
-            await driver.open()
+            try:
+                with trio.fail_after(10):
+                    await driver.open()
+            except Exception as exc:  # noqa: BLE001 - reported in every pair of that protocol
+                broken[name] = f"cannot open a {name} connection to {host}:{port}: {exc}"
+                continue
             drivers[name] = driver
         where = create_at or addresses
         name = next((n for n in CREATE_ORDER if n in where), None)
@@ -196,8 +202,17 @@ async def run_matrix(
         results = []
         for p in names:
             for c in names:
+                if p in broken or c in broken:
+                    results.append(PairResult(p, c, count, error=broken.get(p) or broken[c]))
+                    continue
                 topic = f"{prefix}{p}-to-{c}"
-                await creator.create_topic(topic, 1)
+                try:
+                    with trio.fail_after(10):
+                        await creator.create_topic(topic, 1)
+                except Exception as exc:  # noqa: BLE001 - reported as the pair's failure
+                    error = f"cannot create {topic} through {creator.name}: {exc!r}"
+                    results.append(PairResult(p, c, count, error=error))
+                    continue
                 results.append(
                     await run_pair(drivers[p], drivers[c], topic, count, through=through)
                 )

@@ -1,0 +1,138 @@
+"""``gateway matrix``: the interoperability matrix against a running gateway.
+
+    gateway matrix --config config/gateway.toml          # listeners from the config file
+    gateway matrix --listener tank=127.0.0.1:11011 --listener cursus=127.0.0.1:9000
+    gateway matrix --config gw.toml --markdown --output matrix.md
+
+Every ordered pair of the listeners found produces records through one and consumes them
+through the other (a topic per pair, ``matrix-<n>-<producer>-to-<consumer>``). The table says
+pass/fail and records/s per pair. Exit status 0 when every pair passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import trio
+
+from gateway.interop.drivers import PROTOCOLS
+from gateway.interop.matrix import format_table, run_matrix
+
+DEFAULT_CONFIG = "config/gateway.toml"  # as gateway.cli
+
+
+def _address(text: str) -> tuple[str, tuple[str, int]]:
+    name, sep, addr = text.partition("=")
+    host, _, port = addr.rpartition(":")
+    if not sep or name not in PROTOCOLS or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected PROTOCOL=HOST:PORT with PROTOCOL one of {', '.join(PROTOCOLS)}: {text!r}"
+        )
+    return name, (host.strip("[]"), int(port))
+
+
+def addresses_from_config(path: str | None) -> tuple[dict[str, tuple[str, int]], str | None]:
+    """(listener addresses, the protocol of an upstream default backend or None) of a config
+    file; a wildcard host is reached on loopback."""
+    from gateway.config import load_config
+
+    config = load_config(path)
+    found = {}
+    for name, listener in config.listeners.items():
+        if name in PROTOCOLS and listener.enabled and listener.port:
+            host = listener.advertised_host or listener.host
+            if host in ("0.0.0.0", "::", ""):
+                host = "127.0.0.1"
+            found[name] = (host, listener.advertised_port or listener.port)
+    through = None
+    catch_all = next((r.backend for r in config.routes if r.topic == "*"), None)
+    backend = config.backends.get(catch_all or "") if catch_all else None
+    if backend is not None and backend.type == "upstream":
+        through = backend.options.protocol
+    return found, through
+
+
+def cmd_matrix(args: Any) -> int:
+    addresses: dict[str, tuple[str, int]] = {}
+    through = args.through
+    config = args.matrix_config
+    if config is None and not args.listener and os.path.exists(DEFAULT_CONFIG):
+        config = DEFAULT_CONFIG
+    if config is not None:
+        found, configured_through = addresses_from_config(config)
+        addresses.update(found)
+        through = through or configured_through
+    addresses.update(dict(args.listener or []))
+    if args.protocols:
+        addresses = {k: v for k, v in addresses.items() if k in args.protocols.split(",")}
+    if len(addresses) < 1:
+        print("no listeners: give --config or --listener PROTOCOL=HOST:PORT", file=sys.stderr)
+        return 2
+    options: dict[str, dict[str, str]] = {}
+    if args.iggy_username:
+        options["iggy"] = {"username": args.iggy_username, "password": args.iggy_password}
+    create_at = dict(args.create_at) if args.create_at else None
+    chain = f", through an upstream {through}" if through else ""
+    print(
+        f"matrix: {len(addresses) ** 2} pairs of {', '.join(addresses)}, {args.records} records "
+        f"each (keys, 2 headers, timestamps){chain}",
+        file=sys.stderr,
+    )
+    results = trio.run(
+        lambda: run_matrix(
+            addresses,
+            count=args.records,
+            options=options,
+            through=through,
+            create_at=create_at,
+        )
+    )
+    table = format_table(results, markdown=args.markdown)
+    print(table)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(format_table(results, markdown=True) + "\n")
+    return 0 if all(r.ok for r in results) else 1
+
+
+def add_matrix_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "matrix", help="run the interoperability matrix against a running gateway"
+    )
+    p.add_argument(
+        "--config",
+        dest="matrix_config",
+        default=None,
+        help=f"config file naming the listeners (default without --listener: {DEFAULT_CONFIG})",
+    )
+    p.add_argument(
+        "--listener",
+        action="append",
+        type=_address,
+        metavar="PROTOCOL=HOST:PORT",
+        help="a listener to use (repeat; overrides the config's)",
+    )
+    p.add_argument("--protocols", help="comma-separated subset of the protocols to pair")
+    p.add_argument("--records", type=int, default=100, help="records per pair (default 100)")
+    p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    p.add_argument("--output", help="also write the Markdown table to this file")
+    p.add_argument(
+        "--through",
+        choices=PROTOCOLS,
+        help="the gateway stores through an upstream backend of this protocol (default: from "
+        "the config): compare only the fields it keeps",
+    )
+    p.add_argument(
+        "--create-at",
+        action="append",
+        type=_address,
+        metavar="PROTOCOL=HOST:PORT",
+        help="make the topics through this listener instead (e.g. the upstream server's)",
+    )
+    p.add_argument("--iggy-username", default="", help="log the Iggy driver in (0.6 dialect)")
+    p.add_argument("--iggy-password", default="")
+    p.set_defaults(func=cmd_matrix)
+    return p

@@ -1,0 +1,69 @@
+"""``gateway matrix`` against a running gateway: the table, Markdown output, the exit status,
+and listeners (and an upstream chain) read from a config file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from gateway.interop.cli import addresses_from_config
+from tests.support import GatewayProcess, write_toml
+
+
+def matrix(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "matrix", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_matrix_prints_a_table_and_writes_markdown(tmp_path: Path) -> None:
+    listeners = {"tank": {}, "cursus": {}, "kafka08": {}}
+    with GatewayProcess(tmp_path, listeners=listeners) as gw:
+        given = [f"--listener={n}={h}:{p}" for n in listeners for h, p in [gw.address(n)]]
+        out = tmp_path / "matrix.md"
+        proc = matrix(*given, "--records", "20", "--output", str(out))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[0].split() == ["producer", "\\", "consumer", "kafka08", "tank", "cursus"]
+        assert all(line.count("ok ") == 3 for line in lines[1:4]), proc.stdout
+        assert "9/9 pairs passed, 20 records each" in proc.stdout
+        assert "key, value, timestamp: kafka08->tank tank->tank" in proc.stdout
+        md = out.read_text().splitlines()
+        assert md[0] == "| producer \\ consumer | kafka08 | tank | cursus |"
+        assert md[2].startswith("| kafka08 | ok ")
+
+        # a listener that is not what it claims to be: those pairs fail, and so does the run
+        h, p = gw.address("tank")
+        proc = matrix(
+            f"--listener=tank={h}:{p}",
+            f"--listener=cursus={h}:{p}",
+            f"--create-at=tank={h}:{p}",
+            "--records=5",
+        )
+        assert proc.returncode == 1
+        assert "FAIL" in proc.stdout and "1/4 pairs passed" in proc.stdout
+
+
+def test_listeners_and_the_upstream_come_from_the_config(tmp_path: Path) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        write_toml(
+            {
+                "listeners": {
+                    "tank": {"host": "0.0.0.0", "port": 11011},
+                    "iggy": {"port": 8090, "advertised_host": "gw.example", "enabled": True},
+                    "cursus": {"port": 9000, "enabled": False},
+                },
+                "backends": {
+                    "up": {"type": "upstream", "protocol": "liftbridge", "address": "b:9292"}
+                },
+            }
+        )
+    )
+    found, through = addresses_from_config(str(path))
+    assert found == {"tank": ("127.0.0.1", 11011), "iggy": ("gw.example", 8090)}
+    assert through == "liftbridge"
