@@ -8,9 +8,8 @@ Edge mappings (DESIGN.md): partition ids are 1-based (model partition = id - 1);
 consumer offset is the last offset consumed (model committed offset - 1; 0 when nothing is
 stored, like the reference server); a consumer (kind 1) id N keeps its offsets as the model
 group ``iggy-consumer-N``; a consumer group (kind 2) is the model group named by the registry
-(``"N"`` unless named). Message ids travel as the reserved header ``_gw.iggy.id`` (16 bytes,
-u128 LE); typed headers travel as plain headers plus ``_gw.iggy.kinds`` (one kind byte per user
-header, present only when some header is not raw).
+(``"N"`` unless named). Messages, their ids and typed headers: ``messages.py`` (send writes
+one canonical block, poll transcodes stored canonical windows).
 """
 
 from __future__ import annotations
