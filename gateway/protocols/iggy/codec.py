@@ -26,7 +26,7 @@ import enum
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 # ------------------------------------------------------------------------------ errors
@@ -1507,7 +1507,3 @@ class ClientConnection:
         if status != 0:
             return Response(code, status)
         return Response(code, 0, decode_response_payload(code, payload, self.dialect))
-
-
-def dataclass_values(obj: Any) -> dict[str, Any]:
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}
