@@ -86,9 +86,13 @@ class UpstreamBackend(Backend):
     async def close(self) -> None:
         await self.pool.aclose()
 
+    async def ping(self) -> None:
+        """One cheap round trip to the upstream (for /readyz); raises GatewayError."""
+        await self.list_topics()
+
     async def health(self) -> tuple[bool, str]:
         try:
-            await self.list_topics()
+            await self.ping()
         except GatewayError as exc:
             return False, exc.message
         return True, "ok"

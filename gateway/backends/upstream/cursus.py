@@ -81,6 +81,9 @@ class CursusUpstream(UpstreamBackend):
     async def _text(self, command: str, retry: bool = True) -> str:
         return await self.call(lambda c: c.text(command), retry=retry)
 
+    async def ping(self) -> None:
+        await self._text("LIST")
+
     # ------------------------------------------------------------------ topics
     async def _describe(self, topic: str) -> list[dict[str, Any]]:
         reply = await self._text(f"DESCRIBE topic={self.up(topic)}")

@@ -135,6 +135,9 @@ class IggyUpstream(UpstreamBackend):
             return []  # an empty answer: none
         return result
 
+    async def ping(self) -> None:
+        await self._iggy(c.Ping(), "ping")
+
     # ------------------------------------------------------------------ topics
     async def _details(self, topic: str) -> c.TopicDetails:
         stream, name = self.split(topic)
