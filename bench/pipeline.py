@@ -1,0 +1,239 @@
+"""Benchmark: export a topic to Parquet with Spark local[1] and local[2], beside a plain
+single-process Python read of the same topic through the same endpoint (the admin data API).
+
+    .venv/bin/python bench/pipeline.py [--records 1000000] [--partitions 4] [--value-bytes 100]
+
+Workload: one gateway (embedded backend, fsync never) on loopback; a topic of --partitions
+partitions filled with --records records (16-byte keys, --value-bytes values, one header of 8
+bytes on every other record) in canonical batches of 5,000. Then, each measured on the same
+topic in this run:
+- baseline: one Python process reading every partition in turn with GatewayClient.fetch
+  (binary format, 10,000 records per request, building one record tuple per record);
+- for reference: the same read over the JSON API (on the first 100,000 records);
+- Spark export: ``gateway pipeline``'s export job (read with the ``gateway`` source, write
+  Parquet) in a fresh process per master (local[1], local[2]), after a warm-up job; the figure
+  is the export's wall time, excluding the JVM start.
+Targets (issue 11): local[2] >= 1.3x local[1]; the local[2] export >= the baseline.
+Results are printed and appended to bench/results/pipeline.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gateway.model import Record  # noqa: E402
+from gateway.pipeline.client import GatewayClient  # noqa: E402
+from tests.support import GatewayProcess  # noqa: E402
+
+TOPIC = "bench-pipeline"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of one process (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    parents: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            parents.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(parents.get(p, []))
+    return out
+
+
+def fill(client: GatewayClient, records: int, partitions: int, value_bytes: int) -> float:
+    client.create_topic(TOPIC, partitions)
+    value = b"v" * value_bytes
+    t0 = time.perf_counter()
+    batch = 5000
+    per = records // partitions
+    for p in range(partitions):
+        for start in range(0, per, batch):
+            n = min(batch, per - start)
+            recs = [
+                Record(
+                    b"key-%012d" % (start + i),
+                    value,
+                    (("trace", b"abcdefgh"),) if i % 2 else (),
+                    1_767_225_600_000_000 + start + i,
+                )
+                for i in range(n)
+            ]
+            client.produce_batch(TOPIC, recs, p)
+    return time.perf_counter() - t0
+
+
+def plain_read(bootstrap: str, wire_format: str, limit: int | None = None) -> tuple[int, float]:
+    n = 0
+    t0 = time.perf_counter()
+    with GatewayClient(bootstrap, wire_format=wire_format) as client:
+        for po in client.offsets(TOPIC):
+            offset = po.log_start_offset
+            end = po.high_watermark if limit is None else min(po.high_watermark, limit // 4)
+            while offset < end:
+                recs = client.fetch(TOPIC, po.partition, offset, min(10_000, end - offset)).records
+                n += len(recs)
+                offset = recs[-1].offset + 1
+    return n, time.perf_counter() - t0
+
+
+def spark_export_child(master: str, bootstrap: str, out: str, gateway_pid: str) -> None:
+    """Run in a fresh process: one Spark session with ``master``, a warm-up, the timed export."""
+    from gateway.pipeline.jobs import export_topic
+    from gateway.pipeline.spark import spark_session
+
+    t0 = time.perf_counter()
+    spark = spark_session(master, Path(out) / "scratch", driver_memory="2g")
+    startup = time.perf_counter() - t0
+    export_topic(
+        spark, bootstrap, TOPIC, str(Path(out) / "warm"), endingOffsets='{"0": 1000}'
+    )  # a warm-up job: JIT, Python workers
+    procs = [p for p in descendants(os.getpid()) if p != os.getpid()]
+    before = {p: cpu_seconds(p) for p in procs}
+    gw_before = cpu_seconds(int(gateway_pid))
+    t0 = time.perf_counter()
+    n = export_topic(spark, bootstrap, TOPIC, str(Path(out) / "export.parquet"))
+    seconds = time.perf_counter() - t0
+    procs = [p for p in descendants(os.getpid()) if p != os.getpid()]
+    spark_cpu = sum(cpu_seconds(p) - before.get(p, 0.0) for p in procs)
+    gw_cpu = cpu_seconds(int(gateway_pid)) - gw_before
+    spark.stop()
+    print(
+        json.dumps(
+            {
+                "records": n,
+                "seconds": seconds,
+                "startup": startup,
+                "spark_cpu": spark_cpu,
+                "gateway_cpu": gw_cpu,
+            }
+        )
+    )
+
+
+def spark_export(master: str, bootstrap: str, scratch: Path, gateway_pid: int) -> dict:
+    out = scratch / master.replace("[", "-").replace("]", "")
+    out.mkdir(parents=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", master, bootstrap, str(out), str(gateway_pid)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"spark export with {master} failed:\n{proc.stderr[-4000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--child", nargs=4, metavar=("MASTER", "BOOTSTRAP", "OUT", "GW_PID"))
+    args = parser.parse_args()
+    if args.child:
+        spark_export_child(*args.child)
+        return
+
+    print(
+        f"workload: {args.records} records in {args.partitions} partitions "
+        f"(16-byte keys, {args.value_bytes}-byte values, a header on every other record), "
+        f"embedded backend, admin data API on loopback; {os.cpu_count()} CPU(s)"
+    )
+    scratch = Path(tempfile.mkdtemp(prefix="gw-bench-pipeline-"))
+    try:
+        backends = {"default": {"type": "embedded", "fsync": "never"}}
+        with GatewayProcess(scratch / "gw", backends=backends) as gw:
+            host, port = gw.address("admin")
+            bootstrap = f"{host}:{port}"
+            with GatewayClient(bootstrap) as client:
+                dt = fill(client, args.records, args.partitions, args.value_bytes)
+                total = sum(o.high_watermark for o in client.offsets(TOPIC))
+            print(f"fill (binary produce):              {total / dt:>10,.0f} records/s")
+            n, dt = plain_read(bootstrap, "json", limit=100_000)
+            print(f"plain read, JSON API (first {n}): {n / dt:>10,.0f} records/s")
+            assert gw.proc is not None
+            gw_pid = gw.proc.pid
+            own, gw0 = time.process_time(), cpu_seconds(gw_pid)
+            n, dt = plain_read(bootstrap, "binary")
+            own, gw_cpu = time.process_time() - own, cpu_seconds(gw_pid) - gw0
+            baseline = n / dt
+            assert n == total, (n, total)
+            print(
+                f"plain read, binary (baseline):      {baseline:>10,.0f} records/s ({dt:.1f} s; "
+                f"CPU: reader {own:.1f} s, gateway {gw_cpu:.1f} s)"
+            )
+            rates = {}
+            for master in ("local[1]", "local[2]"):
+                r = spark_export(master, bootstrap, scratch, gw_pid)
+                assert r["records"] == total, r
+                rates[master] = r["records"] / r["seconds"]
+                print(
+                    f"spark export {master} to Parquet:    {rates[master]:>10,.0f} records/s "
+                    f"({r['seconds']:.1f} s; JVM start {r['startup']:.1f} s; CPU: Spark "
+                    f"{r['spark_cpu']:.1f} s, gateway {r['gateway_cpu']:.1f} s)"
+                )
+        spread = rates["local[2]"] / rates["local[1]"]
+        keep_up = rates["local[2]"] / baseline
+        print(
+            f"local[2] / local[1] = {spread:.2f} (target >= 1.3: "
+            f"{'met' if spread >= 1.3 else 'NOT met'}); "
+            f"local[2] / baseline = {keep_up:.2f} (target >= 1.0: "
+            f"{'met' if keep_up >= 1.0 else 'NOT met'})"
+        )
+        results = ROOT / "bench" / "results"
+        results.mkdir(parents=True, exist_ok=True)
+        with open(results / "pipeline.jsonl", "a") as f:
+            f.write(
+                json.dumps(
+                    {
+                        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        "records": total,
+                        "partitions": args.partitions,
+                        "value_bytes": args.value_bytes,
+                        "baseline": round(baseline),
+                        "local1": round(rates["local[1]"]),
+                        "local2": round(rates["local[2]"]),
+                        "baseline_reader_cpu": round(own, 2),
+                        "load": os.getloadavg()[0],
+                    }
+                )
+                + "\n"
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
