@@ -43,7 +43,7 @@ from gateway.model import (
 )
 from gateway.observability import RECORDS_IN, RECORDS_OUT
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
-from gateway.protocols.liftbridge.codec import Status
+from gateway.protocols.liftbridge.codec import PublishAckEncoder, Status, frame_message
 from gateway.protocols.liftbridge.state import LiftbridgeState
 
 PROTOCOL = "liftbridge"
@@ -466,10 +466,11 @@ class Service:
         self,
         requests: Sequence[pb.PublishRequest],
         inbox: str,
-        respond: Callable[[list[pb.PublishResponse]], None],
+        respond: Callable[[list[bytes]], None],
     ) -> None:
         """Publish a run of PublishAsync requests: consecutive requests for the same partition
-        go to the core as one batch; responses (acks or asyncErrors) go to ``respond``."""
+        go to the core as one batch; responses (acks or asyncErrors), framed, go to
+        ``respond``."""
         i = 0
         n = len(requests)
         while i < n:
@@ -498,32 +499,26 @@ class Service:
                         self._topics.pop(first.stream, None)
                     raise rpc_error(exc) from None
             except RpcError as exc:
-                respond([_async_error(r, exc) for r in run])
+                respond([frame_message(_async_error(r, exc).SerializeToString()) for r in run])
                 continue
             self._records_in.inc(len(run))
             base = result.base_offset
             subject = stream_subject(info)
-            msg_subject = partition_subject(subject, first.partition)
-            commit_ns = time.time_ns()
-            out = []
-            Ack, Response, NONE = pb.Ack, pb.PublishResponse, pb.NONE
-            for k, r in enumerate(run):
-                policy = r.ackPolicy
-                if policy == NONE:
-                    continue
-                cid = r.correlationId
-                ack = Ack(
-                    stream=first.stream,
-                    partitionSubject=subject,
-                    msgSubject=msg_subject,
-                    offset=base + k,
-                    ackInbox=inbox,
-                    correlationId=cid,
-                    ackPolicy=policy,
-                    receptionTimestamp=received_ns,
-                    commitTimestamp=commit_ns,
-                )
-                out.append(Response(ack=ack, correlationId=cid))
+            encoder = PublishAckEncoder(
+                first.stream,
+                subject,
+                partition_subject(subject, first.partition),
+                inbox,
+                received_ns,
+                time.time_ns(),
+            )
+            frame = encoder.frame
+            NONE = pb.NONE
+            out = [
+                frame(base + k, r.correlationId, r.ackPolicy)
+                for k, r in enumerate(run)
+                if r.ackPolicy != NONE
+            ]
             if out:
                 respond(out)
 

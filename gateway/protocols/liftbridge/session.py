@@ -49,7 +49,7 @@ from gateway.protocols.liftbridge.state import state_for
 
 RECEIVE_BYTES = 256 * 1024
 STREAM_QUEUE_BYTES = 1 << 20  # a subscription waits while more than this is queued
-PUBLISH_QUEUE = 1024  # PublishAsync requests read ahead per call
+PUBLISH_QUEUE = 64  # PublishAsync request batches (one per socket read) read ahead per call
 PUBLISH_RUN = 2048  # requests handed to the core in one go
 
 
@@ -251,17 +251,18 @@ class Session:
         if call is None:
             return
         if call.send_channel is not None:
+            # a client-streaming call: hand the messages over as one list
             try:
-                call.send_channel.send_nowait(ev.message)
+                call.send_channel.send_nowait(ev.messages)
             except trio.WouldBlock:
                 try:
-                    await call.send_channel.send(ev.message)
+                    await call.send_channel.send(ev.messages)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
-        elif call.request is None:
-            call.request = ev.message
+        elif call.request is None and len(ev.messages) == 1:
+            call.request = ev.messages[0]
         else:
             call.extra = True
 
@@ -350,34 +351,33 @@ class Session:
         conn = self.conn
 
         def respond(messages: list[Any]) -> None:
-            conn.send_messages(sid, messages)
+            conn.send_raw(sid, b"".join(messages))
             self.kick()
+
+        def take_queued(batch: list[Any]) -> None:
+            while len(batch) < PUBLISH_RUN:
+                try:
+                    batch.extend(recv.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    return
 
         while True:
             batch: list[Any] = []
             if self.draining:  # take what was queued, then end with OK
-                while True:
-                    try:
-                        batch.append(recv.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
+                take_queued(batch)
                 if batch:
                     await self.service.publish_async(batch, inbox, respond)
                 return
             with trio.CancelScope() as idle:
                 call.idle_scope = idle
                 try:
-                    batch.append(await recv.receive())
+                    batch.extend(await recv.receive())
                 except trio.EndOfChannel:
                     return
             call.idle_scope = None
             if idle.cancelled_caught:
                 continue
-            while len(batch) < PUBLISH_RUN:
-                try:
-                    batch.append(recv.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+            take_queued(batch)
             await self.service.publish_async(batch, inbox, respond)
 
     def _count(self, name: str, status: int, seconds: float) -> None:

@@ -24,6 +24,7 @@ from gateway.protocols.liftbridge.codec import (
     GrpcConnection,
     HalfClosed,
     MessageReceived,
+    PublishAckEncoder,
     RemoteProtocolError,
     ResponseStarted,
     Status,
@@ -111,7 +112,7 @@ def test_server_replays_a_grpcio_unary_publish() -> None:
     assert started[0].method.name == "Publish"
     assert started[0].timeout_s is not None and 0 < started[0].timeout_s <= 5
     msgs = [e for e in events if isinstance(e, MessageReceived)]
-    assert [m.message.SerializeToString() for m in msgs] == [PUBLISH_REQUEST]
+    assert [m.SerializeToString() for e in msgs for m in e.messages] == [PUBLISH_REQUEST]
     assert isinstance(events[-1], HalfClosed)
     sid = started[0].stream_id
     conn.send_message(sid, pb.PublishResponse.FromString(PUBLISH_RESPONSE))
@@ -274,7 +275,9 @@ def test_flow_control_holds_messages_until_the_window_opens() -> None:
     received = 0
     for _ in range(200):
         received += sum(
-            isinstance(e, MessageReceived) for e in client.receive_data(server.data_to_send())
+            len(e.messages)
+            for e in client.receive_data(server.data_to_send())
+            if isinstance(e, MessageReceived)
         )
         server.receive_data(client.data_to_send())
         if received == 50:
@@ -300,13 +303,13 @@ def test_publish_async_round_trip_through_both_roles(values: list[bytes], cuts: 
         events += server.receive_data(data[pos : pos + c])
         pos += c
     events += server.receive_data(data[pos:])
-    got = [e.message for e in events if isinstance(e, MessageReceived)]
+    got = [m for e in events if isinstance(e, MessageReceived) for m in e.messages]
     assert [m.value for m in got] == values
     assert isinstance(events[-1], HalfClosed)
     server.send_messages(sid, [pb.PublishResponse(correlationId=m.correlationId) for m in got])
     server.send_trailers(sid, Status.OK)
     back = client.receive_data(server.data_to_send())
-    ids = [e.message.correlationId for e in back if isinstance(e, MessageReceived)]
+    ids = [m.correlationId for e in back if isinstance(e, MessageReceived) for m in e.messages]
     assert ids == [str(i) for i in range(len(values))]
     assert isinstance(back[-1], CallEnded) and back[-1].status == 0
 
@@ -323,3 +326,32 @@ def test_grpc_timeout_and_message_encodings() -> None:
     assert encode_grpc_message("no such stream: s") == b"no such stream: s"
     assert encode_grpc_message("100% ü\n") == b"100%25 %C3%BC%0A"
     assert decode_grpc_message(b"100%25 %C3%BC%0A") == "100% ü\n"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    stream=st.text(max_size=20),
+    subject=st.text(max_size=20),
+    offset=st.integers(min_value=0, max_value=2**63 - 1),
+    inbox=st.text(max_size=40),
+    cid=st.text(max_size=30),
+    policy=st.sampled_from([0, 1, 2]),
+    times=st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)),
+)
+def test_hand_encoded_acks_are_what_protobuf_writes(
+    stream: str, subject: str, offset: int, inbox: str, cid: str, policy: int, times: tuple
+) -> None:
+    enc = PublishAckEncoder(stream, subject, subject + ".1", inbox, *times)
+    ack = pb.Ack(
+        stream=stream,
+        partitionSubject=subject,
+        msgSubject=subject + ".1",
+        offset=offset,
+        ackInbox=inbox,
+        correlationId=cid,
+        ackPolicy=policy,
+        receptionTimestamp=times[0],
+        commitTimestamp=times[1],
+    )
+    expected = pb.PublishResponse(ack=ack, correlationId=cid).SerializeToString()
+    assert enc.frame(offset, cid, policy) == frame_message(expected)

@@ -1,0 +1,281 @@
+"""Liftbridge listener throughput: PublishAsync and Subscribe of 256-byte messages through gRPC
+against a gateway subprocess, beside the same workload on the core in-process (the baseline),
+measured in the same run.
+
+Workload: N messages (default 50,000) of a 256-byte value, no key, into partition 0 of a new
+stream, with PublishAsync (ackPolicy LEADER: one ack per message), then Subscribe from EARLIEST
+until N messages arrived. Two clients: grpcio (the real gRPC library: a stream_stream call fed by
+a generator, a unary_stream call; in a separate process) and the in-repo trio client on the
+codec's client role (a lean load generator, in this process). Messages/s = N / wall time of the
+phase; messages per gateway CPU-second = N / CPU time the gateway process used in the phase.
+Baseline: Core.execute(Produce) of 1,000-record batches, then Core.execute(Fetch) of 1 MiB until
+N records were returned, records materialised.
+
+Usage: python bench/liftbridge.py [--messages N] [--backend embedded|memory|both]
+Writes bench/results/liftbridge.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gateway.config import parse_config  # noqa: E402
+from gateway.model import CreateTopic, Fetch, Produce, Record, RecordBatch, now_us  # noqa: E402
+from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb  # noqa: E402
+from gateway.protocols.liftbridge.client import LiftbridgeClient  # noqa: E402
+from gateway.server import build_backends, build_core  # noqa: E402
+
+VALUE_BYTES = 256
+BASELINE_BATCH = 1000
+TARGET_PUBLISH = 20_000  # messages/s published through gRPC (issue 6)
+
+GRPCIO_CLIENT = r"""
+import sys, time, json, grpc
+sys.path.insert(0, sys.argv[1])
+from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
+port, n, stream, value = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], b"v" * int(sys.argv[5])
+ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+grpc.channel_ready_future(ch).result(timeout=10)
+pa = ch.stream_stream("/proto.API/PublishAsync",
+                      request_serializer=pb.PublishRequest.SerializeToString,
+                      response_deserializer=pb.PublishResponse.FromString)
+sub = ch.unary_stream("/proto.API/Subscribe",
+                      request_serializer=pb.SubscribeRequest.SerializeToString,
+                      response_deserializer=pb.Message.FromString)
+out = {}
+t0 = time.perf_counter()
+acks = sum(1 for r in pa(pb.PublishRequest(stream=stream, value=value, correlationId=str(i))
+                         for i in range(n)) if r.ack.offset >= 0 and not r.HasField("asyncError"))
+out["publish_s"] = time.perf_counter() - t0
+assert acks == n, acks
+print("published", flush=True); sys.stdin.readline()
+t0 = time.perf_counter()
+call = sub(pb.SubscribeRequest(stream=stream, startPosition=pb.EARLIEST))
+got = -1
+for m in call:
+    got += 1
+    if got == n:
+        break
+call.cancel()
+out["subscribe_s"] = time.perf_counter() - t0
+print(json.dumps(out), flush=True)
+"""
+
+
+def config_for(backend: str, tmp: Path) -> dict:
+    return {
+        "server": {"data_dir": str(tmp / "data"), "log_format": "json", "log_level": "warning"},
+        "admin": {"enabled": False},
+        "listeners": {"liftbridge": {"host": "127.0.0.1", "port": 0}},
+        "backends": {"default": {"type": backend}},
+    }
+
+
+def toml(data: dict) -> str:
+    lines = []
+    for section, body in data.items():
+        for name, table in body.items() if section in ("listeners", "backends") else [(None, body)]:
+            lines.append(f"[{section}.{name}]" if name else f"[{section}]")
+            for k, v in table.items():
+                lines.append(f"{k} = {json.dumps(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def create_stream(port: int, name: str) -> None:
+    async with await LiftbridgeClient.connect("127.0.0.1", port) as lb:
+        await lb.call("CreateStream", pb.CreateStreamRequest(name=name, subject=name))
+
+
+def grpcio_phases(gw_pid: int, port: int, n: int) -> dict:
+    trio.run(create_stream, port, "grpcio")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GRPCIO_CLIENT, str(ROOT), str(port), str(n), "grpcio",
+         str(VALUE_BYTES)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    cpu0 = cpu_seconds(gw_pid)
+    if proc.stdout.readline().strip() != "published":
+        sys.exit("grpcio client failed")
+    publish_cpu = cpu_seconds(gw_pid) - cpu0
+    cpu0 = cpu_seconds(gw_pid)
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    times = json.loads(proc.stdout.readline())
+    subscribe_cpu = cpu_seconds(gw_pid) - cpu0
+    proc.wait(60)
+    return {
+        "publish": (n / times["publish_s"], n / publish_cpu),
+        "subscribe": (n / times["subscribe_s"], n / subscribe_cpu),
+    }
+
+
+async def codec_phases(gw_pid: int, port: int, n: int) -> dict:
+    await create_stream(port, "codec")
+    value = b"v" * VALUE_BYTES
+    reqs = [pb.PublishRequest(stream="codec", value=value, correlationId=str(i)) for i in range(n)]
+    out = {}
+    async with await LiftbridgeClient.connect("127.0.0.1", port) as lb:
+        cpu0 = cpu_seconds(gw_pid)
+        t0 = time.perf_counter()
+        acks = await lb.publish_async(reqs)
+        seconds = time.perf_counter() - t0
+        assert len(acks) == n and acks[-1].ack.offset == n - 1
+        out["publish"] = (n / seconds, n / (cpu_seconds(gw_pid) - cpu0))
+        cpu0 = cpu_seconds(gw_pid)
+        t0 = time.perf_counter()
+        got = 0
+        async for _ in lb.subscribe(pb.SubscribeRequest(stream="codec", startPosition=pb.EARLIEST)):
+            got += 1
+            if got == n:
+                break
+        seconds = time.perf_counter() - t0
+        out["subscribe"] = (n / seconds, n / (cpu_seconds(gw_pid) - cpu0))
+    return out
+
+
+def run_listener(backend: str, n: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        (tmp / "gw.toml").write_text(toml(config_for(backend, tmp)))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "gw.toml")],
+            stdout=subprocess.PIPE,
+            stderr=open(tmp / "gw.log", "wb"),  # noqa: SIM115
+            cwd=ROOT,
+        )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().decode()
+            if not line.startswith("listening"):
+                sys.exit(f"gateway did not start: {line!r}\n{(tmp / 'gw.log').read_text()}")
+            port = int(line.split("liftbridge=")[1].split()[0].rsplit(":", 1)[1])
+            return {
+                "grpcio": grpcio_phases(proc.pid, port, n),
+                "codec": trio.run(codec_phases, proc.pid, port, n),
+            }
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+async def _baseline(backend: str, n: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        config = parse_config(config_for(backend, Path(d)))
+        backends = build_backends(config)
+        async with trio.open_nursery() as nursery:
+            for b in backends.values():
+                await b.open(nursery)
+            core = build_core(config, backends)
+            await core.execute(CreateTopic("bench", 1))
+            value = b"v" * VALUE_BYTES
+            c0, t0 = time.process_time(), time.perf_counter()
+            for start in range(0, n, BASELINE_BATCH):
+                ts = now_us()
+                batch = RecordBatch(
+                    [Record(None, value, (), ts) for _ in range(min(BASELINE_BATCH, n - start))]
+                )
+                await core.execute(Produce("bench", batch, 0))
+            publish = (n / (time.perf_counter() - t0), n / (time.process_time() - c0))
+            c0, t0 = time.process_time(), time.perf_counter()
+            offset = got = 0
+            while got < n:
+                res = await core.execute(Fetch("bench", 0, offset, max_bytes=1 << 20))
+                for b in res.batches:
+                    got += len(b.records)
+                    offset = b.last_offset + 1
+            subscribe = (n / (time.perf_counter() - t0), n / (time.process_time() - c0))
+            for b in backends.values():
+                await b.close()
+            nursery.cancel_scope.cancel()
+    return {"publish": publish, "subscribe": subscribe}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--backend", choices=["embedded", "memory", "both"], default="both")
+    args = parser.parse_args()
+    n = args.messages
+    backends = ["embedded", "memory"] if args.backend == "both" else [args.backend]
+    print(__doc__.split("\n\n")[1].replace("\n", " "))
+    load = os.getloadavg()
+    print(
+        f"N={n} messages, value {VALUE_BYTES} bytes, 1 partition; {os.cpu_count()} CPUs, "
+        f"load average {load[0]:.1f} (messages/s suffer when other work shares the CPUs; "
+        f"messages per gateway CPU-second much less)"
+    )
+    results: dict = {
+        "workload": {
+            "messages": n,
+            "value_bytes": VALUE_BYTES,
+            "publish": "PublishAsync, ackPolicy LEADER, one ack per message",
+            "subscribe": "Subscribe from EARLIEST until N messages",
+            "clients": {
+                "grpcio": "grpcio stream_stream fed by a generator / unary_stream (subprocess)",
+                "codec": "in-repo trio client on the codec's client role (4096 unanswered)",
+            },
+            "baseline": f"in-process Core, {BASELINE_BATCH}-record batches, 1 MiB fetches",
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_1m_at_start": round(load[0], 2),
+        },
+        "target_publish_messages_per_s": TARGET_PUBLISH,
+        "runs": {},
+    }
+    for backend in backends:
+        listener = run_listener(backend, n)
+        baseline = trio.run(_baseline, backend, n)
+        run: dict = {}
+        for phase in ("publish", "subscribe"):
+            base_rate, base_cpu = baseline[phase]
+            entry: dict = {
+                "baseline_messages_per_s": round(base_rate),
+                "baseline_messages_per_cpu_s": round(base_cpu),
+            }
+            for client, phases in listener.items():
+                rate, per_cpu = phases[phase]
+                entry[client] = {
+                    "messages_per_s": round(rate),
+                    "ratio_to_baseline": round(rate / base_rate, 3),
+                    "gateway_messages_per_cpu_s": round(per_cpu),
+                }
+                verdict = "met" if rate >= TARGET_PUBLISH else "MISSED"
+                if phase == "publish":
+                    entry[client]["meets_target"] = rate >= TARGET_PUBLISH
+                print(
+                    f"{backend:9} {phase:9} {client:6} {rate:>9,.0f} msg/s   "
+                    f"baseline {base_rate:>9,.0f} msg/s   ratio {rate / base_rate:.2f}   "
+                    f"| per gateway CPU-s {per_cpu:>9,.0f} (baseline {base_cpu:,.0f})"
+                    + (f"   target {TARGET_PUBLISH:,} {verdict}" if phase == "publish" else "")
+                )
+            run[phase] = entry
+        results["runs"][backend] = run
+    out = ROOT / "bench" / "results" / "liftbridge.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
