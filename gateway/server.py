@@ -155,6 +155,10 @@ class Server:
         async with trio.open_nursery() as background:
             for backend in self.backends.values():
                 await backend.open(background)
+            for name, state in self.listeners.items():
+                task = get_protocol(name).background
+                if task is not None:  # a protocol's listener-wide task (e.g. NATS ingestion)
+                    background.start_soon(task, self.core, state.config)
             try:
                 await self._serve(background, handle_signals, announce, task_status)
             finally:

@@ -101,3 +101,6 @@ class ProtocolSpec:
     authorization_error: bool = True
     """False for protocols without an authorization error (Kafka 0.8, TANK): a topic an ACL
     denies is answered as if it did not exist."""
+    background: Callable[[Any, ListenerConfig], Awaitable[None]] | None = None
+    """An optional listener-wide task the server runs beside the listener, with the core and
+    the listener's config (Liftbridge: NATS ingestion)."""

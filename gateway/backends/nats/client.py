@@ -34,6 +34,7 @@ from gateway.backends.nats.protocol import (
     encode_connect,
     encode_pub,
     encode_sub,
+    encode_unsub,
 )
 from gateway.model import ErrorCode, GatewayError
 
@@ -95,6 +96,11 @@ class NatsClient:
         self._pongs: list[trio.Event] = []
         self._closed = False
         self._scope = trio.CancelScope()
+        # plain subscriptions (sid -> subject, queue), kept across reconnects; their messages
+        # arrive in batches (one per read) on ``messages``
+        self._subs: dict[int, tuple[str, str]] = {}
+        self._sids = itertools.count(INBOX_SID + 1)
+        self._msg_send, self.messages = trio.open_memory_channel[list[Msg]](64)
 
     @property
     def connected(self) -> bool:
@@ -164,8 +170,9 @@ class NatsClient:
                 if self.user:
                     options["user"] = self.user
                     options["pass"] = self.password or ""
+                subs = b"".join(encode_sub(subj, sid, q) for sid, (subj, q) in self._subs.items())
                 await stream.send_all(
-                    encode_connect(options) + encode_sub(self._inbox + "*", INBOX_SID) + PING
+                    encode_connect(options) + encode_sub(self._inbox + "*", INBOX_SID) + subs + PING
                 )
                 while True:
                     data = await stream.receive_some(65536)
@@ -225,9 +232,12 @@ class NatsClient:
             if not data:
                 raise trio.BrokenResourceError("server closed the connection")
             parser.receive_data(data)
+            delivered: list[Msg] = []
             for ev in parser.events():
                 if isinstance(ev, Msg):
-                    if ev.subject.startswith(inbox):
+                    if ev.sid != INBOX_SID and ev.sid in self._subs:
+                        delivered.append(ev)
+                    elif ev.subject.startswith(inbox):
                         p = pending.get(ev.subject[ilen:])
                         if p is not None:
                             p.msgs.append(ev)
@@ -246,6 +256,8 @@ class NatsClient:
                         raise trio.BrokenResourceError(ev.message)
                 elif isinstance(ev, Info):
                     self.server_info.update(ev.data)
+            if delivered:
+                await self._msg_send.send(delivered)
 
     async def _writer(self, stream: trio.SocketStream) -> None:
         while True:
@@ -295,6 +307,19 @@ class NatsClient:
             self._check()
             return trio.current_time() - start
         raise GatewayError(ErrorCode.TIMEOUT, f"no PONG from NATS within {timeout}s")
+
+    def subscribe(self, subject: str, queue: str = "") -> int:
+        """A plain (or queue) subscription, renewed after reconnects; returns its sid. Its
+        messages arrive on ``self.messages`` (lists of Msg, one list per socket read)."""
+        sid = next(self._sids)
+        self._subs[sid] = (subject, queue)
+        if self._stream is not None:
+            self._write(encode_sub(subject, sid, queue))
+        return sid
+
+    def unsubscribe(self, sid: int) -> None:
+        if self._subs.pop(sid, None) is not None and self._stream is not None:
+            self._write(encode_unsub(sid))
 
     def publish(self, subject: str, payload: bytes, headers: bytes = b"") -> None:
         """Fire and forget (core NATS)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
+from gateway.protocols.liftbridge.nats import run_ingest
 from gateway.protocols.liftbridge.session import handle_connection
 
 
@@ -33,4 +34,5 @@ PROTOCOL = ProtocolSpec(
     config_class=LiftbridgeListenerConfig,
     handle_connection=handle_connection,
     description="Liftbridge gRPC API (HTTP/2, protobuf)",
+    background=run_ingest,
 )
