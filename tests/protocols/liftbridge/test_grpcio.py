@@ -383,3 +383,19 @@ def test_tls(tmp_path: Path) -> None:
                 grpc.StatusCode.UNAVAILABLE,
                 grpc.StatusCode.DEADLINE_EXCEEDED,
             )
+
+
+# ------------------------------------------------------------------------ drain
+def test_sigterm_ends_subscriptions_with_unavailable_and_exits_0(tmp_path: Path) -> None:
+    with GatewayProcess(tmp_path, listeners={"liftbridge": {}}) as gw:
+        host, port = gw.address("liftbridge")
+        with grpc.insecure_channel(f"{host}:{port}") as ch:
+            api = grpc_module().APIStub(ch)
+            create(api, "drain")
+            api.Publish(pb.PublishRequest(stream="drain", value=b"a"))
+            it = iter(api.Subscribe(pb.SubscribeRequest(stream="drain", startPosition=pb.EARLIEST)))
+            assert next(it) == pb.Message() and next(it).value == b"a"
+            assert gw.stop() == 0
+            with pytest.raises(grpc.RpcError) as info:
+                next(it)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
