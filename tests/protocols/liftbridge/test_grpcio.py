@@ -399,3 +399,19 @@ def test_sigterm_ends_subscriptions_with_unavailable_and_exits_0(tmp_path: Path)
             with pytest.raises(grpc.RpcError) as info:
                 next(it)
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_quiet_subscription_outlives_the_listener_timeouts(tmp_path: Path) -> None:
+    listener = {"idle_timeout_s": 1.0, "read_timeout_s": 1.0}
+    with GatewayProcess(tmp_path, listeners={"liftbridge": listener}) as gw:
+        host, port = gw.address("liftbridge")
+        with grpc.insecure_channel(f"{host}:{port}") as ch:
+            api = grpc_module().APIStub(ch)
+            create(api, "quiet")
+            it = iter(api.Subscribe(pb.SubscribeRequest(stream="quiet"), timeout=20))
+            assert next(it) == pb.Message()
+            time.sleep(3.5)  # several idle/read timeouts long: the gateway PINGs meanwhile
+            with grpc.insecure_channel(f"{host}:{port}") as other:
+                grpc_module().APIStub(other).Publish(pb.PublishRequest(stream="quiet", value=b"x"))
+            assert next(it).value == b"x"
+        assert "timeout" not in gw.log_text().lower()
