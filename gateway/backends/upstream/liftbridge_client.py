@@ -77,11 +77,11 @@ class LiftbridgeClient:
                 if getattr(ev, "stream_id", sid) != sid:
                     continue
                 if isinstance(ev, MessageReceived):
-                    out.append(ev.message)
+                    out.extend(ev.messages)
                     if limit is not None and len(out) >= limit:
                         self.conn.reset(sid)
                         await self._flush()
-                        return out
+                        return out[:limit]
                 elif isinstance(ev, CallEnded):
                     if ev.status != Status.OK:
                         raise GrpcStatusError(method, ev.status, ev.message)
@@ -179,15 +179,16 @@ class LiftbridgeClient:
                 if getattr(ev, "stream_id", sid) != sid:
                     continue
                 if isinstance(ev, MessageReceived):
-                    resp = ev.message
-                    if resp.HasField("asyncError"):
-                        raise GrpcStatusError(
-                            "PublishAsync",
-                            _ASYNC_STATUS.get(resp.asyncError.code, Status.INTERNAL),
-                            resp.asyncError.message,
-                        )
-                    offsets[int(resp.correlationId or resp.ack.correlationId)] = resp.ack.offset
-                    left -= 1
+                    for resp in ev.messages:  # one event carries every message of a read
+                        if resp.HasField("asyncError"):
+                            raise GrpcStatusError(
+                                "PublishAsync",
+                                _ASYNC_STATUS.get(resp.asyncError.code, Status.INTERNAL),
+                                resp.asyncError.message,
+                            )
+                        cid = resp.correlationId or resp.ack.correlationId
+                        offsets[int(cid)] = resp.ack.offset
+                        left -= 1
                 elif isinstance(ev, CallEnded):
                     if ev.status != Status.OK:
                         raise GrpcStatusError("PublishAsync", ev.status, ev.message)
