@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps lint format bench clean
+.PHONY: run test deps lint format bench clean fuzz soak
 
 $(STAMP_RUN): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,16 @@ format: $(STAMP)
 
 bench: $(STAMP) deps
 	@set -e; for f in bench/*.py; do echo "== $$f"; $(BIN)/python "$$f"; done
+
+# Longer reliability runs than `make test`: more fuzz examples and frames, more SIGKILLs, a
+# minutes-long soak. The atheris targets in fuzz/ run outside make (see fuzz/atheris_codecs.py).
+fuzz: $(STAMP) deps
+	GATEWAY_FUZZ_EXAMPLES=20000 GATEWAY_LIVE_FUZZ_FRAMES=50000 \
+	  $(BIN)/python -m pytest -q tests/reliability/test_codec_fuzz.py tests/reliability/test_live_fuzz.py
+
+soak: $(STAMP) deps
+	GATEWAY_SOAK_SECONDS=300 GATEWAY_CRASH_ROUNDS=200 \
+	  $(BIN)/python -m pytest -q tests/reliability/test_soak.py tests/reliability/test_crash_safety.py
 
 clean:
 	rm -rf $(VENV) .test-venvs data .pytest_cache
