@@ -41,7 +41,7 @@ async def connect(server) -> trio.SocketStream:
 async def ask(stream: trio.abc.Stream, line: bytes) -> bytes:
     await stream.send_all(line + b"\n")
     data = b""
-    with trio.fail_after(5):
+    with trio.fail_after(30):
         while not data.endswith(b"\n"):
             chunk = await stream.receive_some(4096)
             if not chunk:
@@ -51,7 +51,7 @@ async def ask(stream: trio.abc.Stream, line: bytes) -> bytes:
 
 
 async def closed_by_server(stream: trio.abc.Stream) -> bool:
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         try:
             while True:
                 if await stream.receive_some(4096) == b"":
@@ -75,7 +75,9 @@ async def test_max_connections_refuses_beyond_the_limit_and_keeps_others(tmp_pat
         assert refused("max_connections") == before + 1
         assert await ask(a, b"still") == b"STILL\n"
         await a.aclose()
-        await trio.sleep(0.05)
+        with trio.fail_after(20):
+            while len(server.listeners["echo"].connections) > 1:
+                await trio.sleep(0.01)
         d = await connect(server)
         assert await ask(d, b"now") == b"NOW\n"
 
