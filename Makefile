@@ -1,4 +1,5 @@
 # `make run`: the gateway with config/gateway.toml (embedded backend, every listener on loopback).
+# `make bench`: the benchmark report (bench/results/REPORT.md).
 # `make test`: install test dependencies and the servers/clients the tests drive, run the suite.
 PY ?= python3
 VENV := .venv
@@ -36,8 +37,11 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
 
+# `make bench`: every bench/ driver with fixed workloads, one after the other (bench/run.py);
+# writes bench/results/latest.json and bench/results/REPORT.md with PNG charts.
 bench: $(STAMP) deps
-	@set -e; for f in bench/*.py; do echo "== $$f"; $(BIN)/python "$$f"; done
+	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python bench/run.py
 
 # Longer reliability runs than `make test`: more fuzz examples and frames, more SIGKILLs, a
 # minutes-long soak. The atheris targets in fuzz/ run outside make (see fuzz/atheris_codecs.py).

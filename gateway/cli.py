@@ -114,6 +114,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     setup_logging(config.server.log_format, config.server.log_level)
+    if getattr(args, "workers", 1) > 1:
+        from gateway.workers import WorkersError, run_workers
+
+        try:
+            return run_workers(config, args.workers)
+        except WorkersError as exc:
+            print(f"gateway serve: {exc}", file=sys.stderr)
+            return 2
     return run_forever(config)
 
 
@@ -291,6 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = with_config(sub.add_parser("serve", help="run the gateway"))
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing every port with SO_REUSEPORT (shared backends only)",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("check-config", help="validate a config file; exit 1 listing every problem")

@@ -99,8 +99,9 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
 
 
 class Server:
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, reuse_port: bool = False) -> None:
         self.config = config
+        self.reuse_port = reuse_port  # SO_REUSEPORT sockets: one of `serve --workers N`
         self.backends = build_backends(config)
         self.core = build_core(config, self.backends)
         self.listeners: dict[str, ListenerState] = {
@@ -174,12 +175,19 @@ class Server:
             except Exception as exc:  # keep closing the others
                 log.error("backend_close_failed", backend=backend.name, error=str(exc))
 
+    async def _open_listeners(self, port: int, host: str) -> list[trio.SocketListener]:
+        if self.reuse_port:
+            from gateway.workers import open_reuseport_listeners
+
+            return await open_reuseport_listeners(port, host)
+        return await trio.open_tcp_listeners(port, host=host)
+
     async def _bind(self) -> dict[str, list[trio.SocketListener]]:
         bound: dict[str, list[trio.SocketListener]] = {}
         for name, state in self.listeners.items():
             cfg = state.config
             try:
-                socks = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
+                socks = await self._open_listeners(cfg.port, cfg.host)
             except OSError as exc:
                 raise SystemExit(
                     f"listeners.{name}: cannot bind {format_address(cfg.host, cfg.port)}: {exc}"
@@ -204,8 +212,8 @@ class Server:
         admin_socks: list[trio.SocketListener] = []
         if self.config.admin.enabled:
             try:
-                admin_socks = await trio.open_tcp_listeners(
-                    self.config.admin.port, host=self.config.admin.host
+                admin_socks = await self._open_listeners(
+                    self.config.admin.port, self.config.admin.host
                 )
             except OSError as exc:
                 raise SystemExit(
@@ -469,15 +477,15 @@ class Server:
         return True, {"ready": True}
 
 
-async def serve(config: GatewayConfig) -> int:
-    server = Server(config)
+async def serve(config: GatewayConfig, reuse_port: bool = False) -> int:
+    server = Server(config, reuse_port=reuse_port)
     await server.run()
     return 0
 
 
-def run_forever(config: GatewayConfig) -> int:
+def run_forever(config: GatewayConfig, reuse_port: bool = False) -> int:
     try:
-        return trio.run(serve, config)
+        return trio.run(serve, config, reuse_port)
     except KeyboardInterrupt:
         return 0
     except SystemExit as exc:

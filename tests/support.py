@@ -107,7 +107,9 @@ class GatewayProcess:
         env: Mapping[str, str] | None = None,
         name: str = "gateway",
         start_timeout: float = 30.0,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
+        self.extra_args = tuple(extra_args)  # more `gateway serve` options, e.g. --workers 2
         self.tmp_path = Path(tmp_path)
         self.tmp_path.mkdir(parents=True, exist_ok=True)
         self.config = make_config(self.tmp_path, listeners, backend, server, backends, routes)
@@ -126,7 +128,10 @@ class GatewayProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path)],
+            [
+                *(sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path)),
+                *self.extra_args,
+            ],
             stdout=subprocess.PIPE,
             stderr=self._log,
             env=env,

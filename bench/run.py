@@ -1,0 +1,442 @@
+"""``make bench``: run every bench/ driver with a fixed workload, collect their JSON results from
+bench/results/, and write ``bench/results/latest.json`` and ``bench/results/REPORT.md`` with PNG
+charts (matplotlib, the ``bench`` extra).
+
+Each driver runs in its own process, one after the other (never two at once: they would measure
+each other), with a time limit; a driver that fails or times out is reported as such and the run
+goes on. The report has, per protocol and path: records/s and MB/s for produce and fetch, the
+in-process baseline measured by the same driver in the same run and the ratio to it, which load
+generator drove it, p50/p99/p999 request latency (bench/latency.py) and the idle-connection
+memory. Drivers not run here: bench/pipeline.py (Spark; minutes of JVM start-up, ``gateway
+pipeline``'s own benchmark) and bench/nats_bridge.py (a design-time comparison that needs nats-py
+and trio-asyncio, not part of the gateway).
+
+Usage: ``python bench/run.py [--only NAME,...] [--report-only]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+PY = sys.executable
+EMBEDDED_FSYNC = "every 50 ms (the embedded backend's default `fsync = 50`)"
+
+KCAT = "kcat (librdkafka, C) in 0.8.2 mode"
+OWN = "in-repo codec client, one blocking socket, separate process from the gateway"
+
+
+# name, argv, result file, time limit (s), load generator
+DRIVERS: list[tuple[str, list[str], str, int, str]] = [
+    ("latency", ["bench/latency.py"], "latency.json", 180, "in-repo codec clients (interop)"),
+    (
+        "kafka08",
+        ["bench/kafka08.py", "--records", "100000", "--repeat", "1"],
+        "kafka08.json",
+        120,
+        KCAT,
+    ),
+    ("tank", ["bench/tank.py"], "tank.json", 120, "in-repo TANK client (codec), 8 in flight"),
+    ("iggy", ["bench/iggy.py"], "iggy.json", 120, OWN),
+    ("cursus", ["bench/cursus.py"], "cursus.json", 120, OWN),
+    ("embedded_log", ["bench/embedded_log.py"], "embedded_log.json", 120, "in-process"),
+    ("workers", ["bench/workers.py"], "workers.json", 90, KCAT),
+    (
+        "backends",
+        ["bench/backends.py", "--records", "30000", "--runs", "1"],
+        "backends.json",
+        150,
+        "kcat; nats-py and confluent-kafka for the direct rows",
+    ),
+]
+
+
+def run_driver(name: str, argv: list[str], limit: int) -> dict[str, Any]:
+    if not (ROOT / argv[0]).exists():
+        return {"status": "missing", "seconds": 0.0}
+    log = RESULTS / f"{name}.log"
+    started = time.perf_counter()
+    print(f"== {name}: {' '.join(argv)} (limit {limit} s)", flush=True)
+    with open(log, "w") as out:
+        try:
+            proc = subprocess.run(
+                [PY, *argv], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=limit
+            )
+            status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+        except subprocess.TimeoutExpired:
+            status = f"timed out after {limit} s"
+    seconds = round(time.perf_counter() - started, 1)
+    print(f"   {status} in {seconds} s (output in bench/results/{name}.log)", flush=True)
+    return {"status": status, "seconds": seconds}
+
+
+# ----------------------------------------------------------------------------- normalising
+
+Row = dict[str, Any]
+
+
+def row(
+    protocol: str,
+    path: str,
+    op: str,
+    rps: float | None,
+    base: float | None,
+    value_bytes: int,
+    generator: str,
+    source: str,
+) -> Row:
+    return {
+        "protocol": protocol,
+        "path": path,
+        "op": op,
+        "records_per_s": round(rps) if rps else None,
+        "mb_per_s": round(rps * value_bytes / 1e6, 2) if rps else None,
+        "baseline_records_per_s": round(base) if base else None,
+        "ratio_to_baseline": round(rps / base, 3) if rps and base else None,
+        "value_bytes": value_bytes,
+        "generator": generator,
+        "source": source,
+    }
+
+
+def rows_kafka08(d: dict) -> list[Row]:
+    out = []
+    for backend, ops in d.get("runs", {}).items():
+        for op, r in ops.items():
+            out.append(
+                row(
+                    "kafka08",
+                    f"gateway ({backend})",
+                    op,
+                    r["listener_records_per_s"],
+                    r["baseline_records_per_s"],
+                    100,
+                    KCAT,
+                    "kafka08",
+                )
+            )
+    return out
+
+
+def rows_tank(d: dict) -> list[Row]:
+    out = []
+    for comp, r in d.get("runs", {}).items():
+        for op, key in (("produce", "produce_msgs_per_s"), ("fetch", "consume_msgs_per_s")):
+            out.append(
+                row(
+                    "tank",
+                    f"gateway (memory, {comp})",
+                    op,
+                    r["tank"][key],
+                    r["baseline"][key],
+                    100,
+                    "in-repo TANK client",
+                    "tank",
+                )
+            )
+    return out
+
+
+def rows_pair(protocol: str, keys: tuple[str, str]) -> Callable[[dict], list[Row]]:
+    def rows(d: dict) -> list[Row]:
+        out = []
+        for backend in ("memory", "embedded"):
+            if backend not in d:
+                continue
+            g, b = d[backend]["gateway"], d[backend]["baseline"]
+            for op, k in zip(("produce", "fetch"), keys, strict=True):
+                out.append(
+                    row(
+                        protocol, f"gateway ({backend})", op, g.get(k), b.get(k), 100, OWN, protocol
+                    )
+                )
+        return out
+
+    return rows
+
+
+def rows_latency(d: dict) -> list[Row]:
+    out = []
+    base = d.get("baseline", {})
+    for protocol, r in d.get("protocols", {}).items():
+        for size, b in r.get("batches", {}).items():
+            for op in ("produce", "fetch"):
+                out.append(
+                    row(
+                        protocol,
+                        f"gateway (memory), {size} B records",
+                        op,
+                        b[f"{op}_records_per_s"],
+                        base.get(f"{op}_{size}_records_per_s"),
+                        int(size),
+                        "in-repo codec client (interop drivers)",
+                        "latency",
+                    )
+                )
+    return out
+
+
+def rows_backends(d: dict) -> list[Row]:
+    out = []
+    rps = d.get("records_per_s", {})
+    base = rps.get("gateway -> embedded", {})
+    for path, ops in rps.items():
+        if path == "gateway -> embedded":
+            continue
+        for op, v in ops.items():
+            proto = "kafka08" if path.startswith("gateway") else "direct client"
+            out.append(row(proto, path, op, v, base.get(op), 100, KCAT, "backends"))
+    return out
+
+
+def rows_embedded(d: dict) -> list[Row]:
+    out = []
+    r = d.get("runs", {}).get("1000", {})
+    if r:
+        for op, k in (("produce", "appends_per_s"), ("fetch", "reads_per_s")):
+            out.append(
+                row(
+                    "(none: backend)",
+                    "embedded log, batches of 1000",
+                    op,
+                    r["embedded"][k],
+                    r["memory"][k],
+                    100,
+                    "in-process",
+                    "embedded_log",
+                )
+            )
+    return out
+
+
+NORMALISERS: dict[str, Callable[[dict], list[Row]]] = {
+    "kafka08": rows_kafka08,
+    "tank": rows_tank,
+    "iggy": rows_pair("iggy", ("send_msgs_per_s", "poll_msgs_per_s")),
+    "cursus": rows_pair("cursus", ("produce_msgs_per_s", "consume_msgs_per_s")),
+    "latency": rows_latency,
+    "backends": rows_backends,
+    "embedded_log": rows_embedded,
+}
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def charts(latest: dict) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+    rows = [r for r in latest["throughput"] if r["records_per_s"] and r["source"] != "backends"]
+    for op in ("produce", "fetch"):
+        sel = [r for r in rows if r["op"] == op]
+        if not sel:
+            continue
+        labels = [f"{r['protocol']}\n{r['path']}" for r in sel]
+        fig, ax = plt.subplots(figsize=(10, 0.45 * len(sel) + 1.5))
+        y = range(len(sel))
+        ax.barh([i + 0.2 for i in y], [r["records_per_s"] for r in sel], 0.4, label="gateway")
+        ax.barh(
+            [i - 0.2 for i in y],
+            [r["baseline_records_per_s"] or 0 for r in sel],
+            0.4,
+            label="in-process baseline",
+        )
+        ax.set_yticks(list(y), labels, fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("records/s (log)")
+        ax.set_title(f"{op}: records/s per protocol and path")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        name = f"{op}.png"
+        fig.savefig(RESULTS / name, dpi=90)
+        plt.close(fig)
+        made.append(name)
+    lat = latest["drivers"].get("latency", {}).get("result") or {}
+    protos = lat.get("protocols", {})
+    if protos:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        names = ["baseline", *protos]
+        vals = [lat["baseline"], *[p["latency"] for p in protos.values()]]
+        for k, (q, off) in enumerate((("p50_ms", -0.25), ("p99_ms", 0), ("p999_ms", 0.25))):
+            ax.bar(
+                [i + off for i in range(len(names))],
+                [v[q] for v in vals],
+                0.25,
+                label=q.replace("_ms", ""),
+                color=f"C{k}",
+            )
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylabel("ms per 1-record produce")
+        ax.set_title("request latency, one connection (baseline: Core.execute in-process)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(RESULTS / "latency.png", dpi=90)
+        plt.close(fig)
+        made.append("latency.png")
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for p, r in protos.items():
+            conc = r["concurrency_records_per_s"]
+            ax.plot([int(c) for c in conc], list(conc.values()), marker="o", label=p)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("connections")
+        ax.set_ylabel("1-record produces/s")
+        ax.set_title("concurrency: 1-record produces/s over all connections")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(RESULTS / "concurrency.png", dpi=90)
+        plt.close(fig)
+        made.append("concurrency.png")
+    return made
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if v < 10 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def report(latest: dict, images: list[str]) -> str:
+    m = latest["machine"]
+    lines = [
+        "# Benchmark report (`make bench`)",
+        "",
+        f"Run at {latest['started']} UTC on {m['cpus']} CPUs, Python {m['python']}, load average "
+        f"{m['load_average_at_start']} at the start (a shared machine: other engineers' test runs "
+        "were active, so figures are noisy; every ratio compares against a baseline measured by "
+        f"the same driver in this run). Whole run: {latest['seconds']} s. Embedded backend fsync: "
+        f"{latest['embedded_fsync']}.",
+        "",
+        "## Drivers",
+        "",
+        "| driver | status | seconds | load generator |",
+        "|---|---|---|---|",
+    ]
+    for name, d in latest["drivers"].items():
+        lines.append(f"| {name} | {d['status']} | {d['seconds']} | {d['generator']} |")
+    lines += [
+        "",
+        "## Throughput (records/s and MB/s of record values)",
+        "",
+        "Baseline: the driver's in-process `Core.execute` run on the same backend type (no "
+        "network, no codec), measured in the same run. For `backends` rows the baseline is "
+        "gateway -> embedded, for `embedded_log` rows the memory backend.",
+        "",
+        "| protocol | path | op | records/s | MB/s | baseline records/s | ratio | generator |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in latest["throughput"]:
+        lines.append(
+            f"| {r['protocol']} | {r['path']} | {r['op']} | {fmt(r['records_per_s'])} | "
+            f"{fmt(r['mb_per_s'])} | {fmt(r['baseline_records_per_s'])} | "
+            f"{fmt(r['ratio_to_baseline'])} | {r['generator']} |"
+        )
+    lat = latest["drivers"].get("latency", {}).get("result") or {}
+    if lat.get("protocols"):
+        b = lat["baseline"]
+        lines += [
+            "",
+            "## Latency (bench/latency.py)",
+            "",
+            f"{lat['workload']['latency']}; baseline: Core.execute in-process. Added p99 = gateway "
+            "p99 minus baseline p99 (target of issue 12: <= 2 ms).",
+            "",
+            "| protocol | p50 ms | p99 ms | p999 ms | added p99 ms | <= 2 ms | "
+            "1 / 4 / 32 connections, 1-record produces/s |",
+            "|---|---|---|---|---|---|---|",
+            f"| baseline | {b['p50_ms']} | {b['p99_ms']} | {b['p999_ms']} | - | - | - |",
+        ]
+        for p, r in lat["protocols"].items():
+            la, c = r["latency"], r["concurrency_records_per_s"]
+            lines.append(
+                f"| {p} | {la['p50_ms']} | {la['p99_ms']} | {la['p999_ms']} | "
+                f"{r['added_p99_ms']} | {'yes' if r['added_p99_ms'] <= 2 else 'NO'} | "
+                f"{' / '.join(fmt(v) for v in c.values())} |"
+            )
+    idle = lat.get("idle")
+    if idle:
+        per = idle["bytes_per_idle_connection"]
+        lines += [
+            "",
+            "## Idle connections",
+            "",
+            f"{idle['idle_connections']} idle TCP connections on the TANK listener: gateway RSS "
+            f"{idle['rss_before_bytes'] / 2**20:.1f} MiB -> "
+            f"{idle['rss_with_idle_bytes'] / 2**20:.1f} MiB, "
+            f"**{per:,} bytes per connection** (target <= 65,536: "
+            f"{'met' if per <= 65536 else 'NOT met'}). Active connection, 1000-record batches: "
+            f"{fmt(idle['active_produce_records_per_s_without_idle'])} records/s without the idle "
+            f"ones, {fmt(idle['active_produce_records_per_s_with_idle'])} with them.",
+        ]
+    w = latest["drivers"].get("workers", {}).get("result")
+    if w:
+        lines += ["", "## Scale-out (bench/workers.py)", "", w.get("summary", "")]
+    if images:
+        lines += ["", "## Charts", ""] + [f"![{i}]({i})" for i in images]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated driver names")
+    parser.add_argument("--report-only", action="store_true", help="re-read the results only")
+    args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    started = time.perf_counter()
+    latest: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        },
+        "embedded_fsync": EMBEDDED_FSYNC,
+        "drivers": {},
+        "throughput": [],
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for name, argv, result, limit, generator in DRIVERS:
+        if only and name not in only:
+            continue
+        if args.report_only:
+            info: dict[str, Any] = {"status": "not run (--report-only)", "seconds": 0.0}
+        else:
+            info = run_driver(name, argv, limit)
+        info["generator"] = generator
+        info["argv"] = argv
+        path = RESULTS / result
+        if path.exists() and (args.report_only or info["status"] == "ok"):
+            info["result"] = json.loads(path.read_text())
+            latest["throughput"] += NORMALISERS.get(name, lambda d: [])(info["result"])
+        latest["drivers"][name] = info
+    latest["seconds"] = round(time.perf_counter() - started, 1)
+    (RESULTS / "latest.json").write_text(json.dumps(latest, indent=2) + "\n")
+    images = charts(latest)
+    (RESULTS / "REPORT.md").write_text(report(latest, images))
+    print(f"written bench/results/latest.json and bench/results/REPORT.md ({latest['seconds']} s)")
+    failed = [n for n, d in latest["drivers"].items() if d["status"] not in ("ok", "missing")]
+    if failed:
+        print(f"drivers that did not finish: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

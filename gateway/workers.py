@@ -1,0 +1,185 @@
+"""``gateway serve --workers N``: N server processes sharing every listening port with
+SO_REUSEPORT (the kernel spreads new connections over the processes).
+
+The parent resolves each port once (a listener on port 0 gets one concrete port for all workers),
+holds it with a bound, non-listening SO_REUSEPORT socket, forks the workers (each runs the normal
+``Server`` with its own SO_REUSEPORT listening sockets, admin endpoint included), forwards
+SIGTERM/SIGINT/SIGHUP to them and exits with the worst exit code once all are gone. Workers share
+nothing but the backend, so only backends that several processes can share are allowed: nats,
+kafka and upstream (the state lives in another server), and memory for tests (each worker then
+has its own, unshared log). The embedded log is refused: one process owns its directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import signal
+import socket
+import sys
+
+import trio
+
+from gateway.config import GatewayConfig
+
+SHAREABLE_BACKENDS = frozenset({"nats", "kafka", "upstream", "memory"})
+
+
+class WorkersError(Exception):
+    pass
+
+
+def _reuseport_socket(host: str, port: int, family: int) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _addresses(host: str | None, port: int) -> list[tuple[int, str]]:
+    infos = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_ADDRCONFIG
+    )
+    seen: list[tuple[int, str]] = []
+    for family, _, _, _, addr in infos:
+        if (family, addr[0]) not in seen and family in (socket.AF_INET, socket.AF_INET6):
+            seen.append((family, addr[0]))
+    return seen
+
+
+async def open_reuseport_listeners(
+    port: int, host: str | None = None, backlog: int = 1024
+) -> list[trio.SocketListener]:
+    """Like ``trio.open_tcp_listeners`` but every socket has SO_REUSEPORT set."""
+    listeners = []
+    try:
+        for family, addr in _addresses(host, port):
+            raw = _reuseport_socket(addr, port, family)
+            raw.listen(backlog)
+            listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(raw)))
+    except BaseException:
+        for lst in listeners:
+            await lst.aclose()
+        raise
+    return listeners
+
+
+def check_shareable(config: GatewayConfig) -> None:
+    bad = sorted(
+        f"{name} (type {b.type})"
+        for name, b in config.backends.items()
+        if b.type not in SHAREABLE_BACKENDS
+    )
+    if bad:
+        raise WorkersError(
+            f"--workers needs backends that several processes can share "
+            f"({', '.join(sorted(SHAREABLE_BACKENDS))}); not: {', '.join(bad)}. "
+            "The embedded log belongs to one process: run one worker, or use nats or kafka."
+        )
+
+
+def _hold_ports(config: GatewayConfig) -> tuple[GatewayConfig, list[socket.socket]]:
+    """Bind (not listen) one SO_REUSEPORT socket per port so that port 0 becomes one concrete
+    port shared by all workers; returns the config with the concrete ports."""
+    held: list[socket.socket] = []
+
+    def hold(host: str, port: int) -> int:
+        family, addr = _addresses(host, port)[0]
+        sock = _reuseport_socket(addr, port, family)
+        held.append(sock)
+        return sock.getsockname()[1]
+
+    listeners = {}
+    for name, lc in config.listeners.items():
+        if lc.enabled:
+            lc = dataclasses.replace(lc, port=hold(lc.host, lc.port))
+        listeners[name] = lc
+    admin = config.admin
+    if admin.enabled:
+        admin = dataclasses.replace(admin, port=hold(admin.host, admin.port))
+    return dataclasses.replace(config, listeners=listeners, admin=admin), held
+
+
+async def _worker(config: GatewayConfig, ready_fd: int) -> int:
+    from gateway.server import Server
+
+    server = Server(config, reuse_port=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(server.run, announce=False))
+        os.write(ready_fd, (server.listening_line() + "\n").encode())
+        os.close(ready_fd)
+    return 0
+
+
+def _run_worker(config: GatewayConfig, ready_fd: int) -> int:
+    try:
+        return trio.run(_worker, config, ready_fd)
+    except KeyboardInterrupt:
+        return 0
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return exc.code if isinstance(exc.code, int) else 1
+
+
+def run_workers(config: GatewayConfig, workers: int) -> int:
+    """Fork ``workers`` servers on shared ports; prints the ``listening`` line once every worker
+    listens; returns the worst exit code."""
+    check_shareable(config)
+    config, held = _hold_ports(config)
+    ready_r, ready_w = os.pipe()
+    children: list[int] = []
+    for _ in range(workers):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            os.close(ready_r)
+            for sock in held:
+                sock.close()
+            code = 1
+            try:
+                code = _run_worker(config, ready_w)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children.append(pid)
+    os.close(ready_w)
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            try:
+                os.kill(child, signum)
+            except ProcessLookupError:
+                pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    with os.fdopen(ready_r, "rb") as ready:
+        lines = [ready.readline() for _ in range(workers)]
+    if all(lines):
+        print(lines[0].decode().rstrip("\n"), flush=True)
+    else:  # a worker could not start: stop the others
+        forward(signal.SIGTERM, None)
+    worst = 0
+    remaining = set(children)
+    while remaining:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid in remaining:
+            remaining.discard(pid)
+            code = os.waitstatus_to_exitcode(status)
+            worst = max(worst, 128 - code if code < 0 else code)
+    for sock in held:
+        sock.close()
+    return worst
