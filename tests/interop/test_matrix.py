@@ -9,6 +9,7 @@ own tests (tests/protocols/*). One gateway serves all 25 pairs (a topic per pair
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -37,43 +38,52 @@ def run(addresses: dict[str, tuple[str, int]], **kw: object) -> dict[tuple[str, 
 
 
 @pytest.fixture(scope="module")
-def embedded_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def embedded_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """The gateway on the embedded backend: the direct matrix runs on it, and it is gateway B
+    (the upstream server) of the chains."""
     with GatewayProcess(
         tmp_path_factory.mktemp("matrix"), listeners=LISTENERS, backend="embedded"
     ) as gw:
-        return run({name: gw.address(name) for name in PROTOCOLS})
+        yield gw
 
 
 @pytest.fixture(scope="module")
-def chain_matrices(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def embedded_matrix(embedded_gateway: GatewayProcess) -> dict:
+    return run({name: embedded_gateway.address(name) for name in PROTOCOLS})
+
+
+@pytest.fixture(scope="module")
+def chain_matrices(
+    tmp_path_factory: pytest.TempPathFactory, embedded_gateway: GatewayProcess
+) -> dict:
     """{upstream protocol: matrix results through a gateway chained to it}. The five chained
     gateways start together (a start is seconds of imports); the matrices run one at a time."""
     root = tmp_path_factory.mktemp("chains")
     out = {}
-    with GatewayProcess(root / "b", listeners=LISTENERS, backend="embedded") as b:
-        upstream_server = {name: b.address(name) for name in PROTOCOLS}
-        chained = {}
-        for through in PROTOCOLS:
-            host, port = upstream_server[through]
-            backend = {"type": "upstream", "protocol": through, "address": f"{host}:{port}"}
-            chained[through] = GatewayProcess(
-                root / through, listeners=LISTENERS, backends={"default": backend}
+    # gateway B, the upstream server, is the embedded gateway
+    upstream_server = {name: embedded_gateway.address(name) for name in PROTOCOLS}
+    chained = {}
+    for through in PROTOCOLS:
+        host, port = upstream_server[through]
+        backend = {"type": "upstream", "protocol": through, "address": f"{host}:{port}"}
+        chained[through] = GatewayProcess(
+            root / through, listeners=LISTENERS, backends={"default": backend}
+        )
+    try:
+        with ThreadPoolExecutor(len(chained)) as pool:
+            list(pool.map(GatewayProcess.start, chained.values()))
+        for through, a in chained.items():
+            print(f"== through an upstream {through} backend")
+            out[through] = run(
+                {name: a.address(name) for name in PROTOCOLS},
+                through=through,
+                create_at=upstream_server,
+                prefix=f"chain-{through}-",
             )
-        try:
-            with ThreadPoolExecutor(len(chained)) as pool:
-                list(pool.map(GatewayProcess.start, chained.values()))
-            for through, a in chained.items():
-                print(f"== through an upstream {through} backend")
-                out[through] = run(
-                    {name: a.address(name) for name in PROTOCOLS},
-                    through=through,
-                    create_at=upstream_server,
-                    prefix=f"chain-{through}-",
-                )
-        finally:
-            for a in chained.values():
-                if a.proc is not None:
-                    a.stop()
+    finally:
+        for a in chained.values():
+            if a.proc is not None:
+                a.stop()
     return out
 
 
