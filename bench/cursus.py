@@ -51,7 +51,8 @@ BATCHES = 200
 TOTAL = BATCH * BATCHES
 RESULTS = ROOT / "bench" / "results" / "cursus.json"
 U32 = struct.Struct(">I")
-REPEATS = 3  # best of each is reported: the machine is shared, rates are noisy
+# best of each is reported: the machine is shared, rates are noisy (bench/run.py sets fewer)
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 TARGET_PRODUCE = 170_000
 TARGET_CONSUME = 280_000
 
