@@ -81,6 +81,18 @@ LONG_POLL_WAITS = Counter(
 )
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at write time, so a logger configured while stderr
+    was temporarily replaced (a test's capture, a redirected CLI call) never writes to a closed
+    stream afterwards."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def setup_logging(log_format: str = "auto", level: str = "info") -> None:
     """Configure structlog once for the process."""
     use_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
@@ -97,7 +109,7 @@ def setup_logging(log_format: str = "auto", level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             getattr(logging, level.upper(), logging.INFO)
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 
