@@ -13,6 +13,8 @@
   (``&format=binary``: canonical batches, see :func:`binary_fetch`; ``POST`` with
   ``?format=binary[&partition=]`` takes one canonical batch, see :func:`produce_binary`),
   ``GET /v1/topics/{topic}/offsets`` (``?timestamp_us=``: also the offset for that time).
+- Groups: ``GET /v1/groups``, ``GET /v1/groups/{group}`` (members, assignment, committed offsets,
+  lag), ``POST /v1/groups/{group}/reset-offsets`` ``{"topic", "to", "partitions", "force"}``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import gateway
 from gateway.canonical import CANONICAL, CanonicalCodecError, peek_header
+from gateway.core.groups import describe_group, group_summaries, reset_offsets
 from gateway.model import (
     CreateTopic,
     ErrorCode,
@@ -157,8 +160,16 @@ async def status(server: Any) -> dict[str, Any]:
         ],
         "topics": topics,
         "backends": backends,
-        "groups": core.groups.group_names(),
+        "groups": await _status_groups(core),
     }
+
+
+async def _status_groups(core: Any) -> list[dict[str, Any]]:
+    """Groups known to this gateway (live members here, stored snapshots, committed offsets)."""
+    try:
+        return await group_summaries(core)
+    except GatewayError as exc:  # a backend down must not take the status page with it
+        return [{"name": n, "error": exc.message} for n in core.groups.group_names()]
 
 
 def render_html(data: dict[str, Any]) -> str:
@@ -241,7 +252,13 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
                 raise HttpError(400, "'partitions' must be an integer")
             info = await core.execute(CreateTopic(name, partitions))
             return js({"name": info.name, "partitions": info.partitions}, 201)
+    if path == "/v1/groups" and method == "GET":
+        return js(await group_summaries(core))
     parts = path.split("/")
+    if len(parts) == 4 and parts[:3] == ["", "v1", "groups"] and method == "GET":
+        return js(await describe_group(core, unquote(parts[3])))
+    if parts[:3] == ["", "v1", "groups"] and parts[4:] == ["reset-offsets"] and method == "POST":
+        return js(await _reset_offsets(core, unquote(parts[3]), _json_body(body)))
     if len(parts) == 5 and parts[:3] == ["", "v1", "topics"]:
         topic, what = unquote(parts[3]), parts[4]
         if what == "records" and method == "POST" and query.get("format") == ["binary"]:
@@ -286,6 +303,21 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
                 )
             return js(out)
     raise HttpError(404 if method in ("GET", "POST") else 405, f"no route for {method} {path}")
+
+
+async def _reset_offsets(core: Any, group: str, req: dict[str, Any]) -> list[dict[str, Any]]:
+    """POST /v1/groups/{group}/reset-offsets ``{"topic", "to", "partitions"?, "force"?}``."""
+    topic, to = req.get("topic"), req.get("to")
+    if not isinstance(topic, str):
+        raise HttpError(400, "body needs a string 'topic'")
+    if not isinstance(to, (str, int)) or isinstance(to, bool):
+        raise HttpError(400, "'to' is earliest, latest, an offset or timestamp:<us>")
+    partitions = req.get("partitions")
+    if partitions is not None and not (
+        isinstance(partitions, list) and all(isinstance(p, int) for p in partitions)
+    ):
+        raise HttpError(400, "'partitions' must be a list of integers")
+    return await reset_offsets(core, group, topic, to, partitions, bool(req.get("force")))
 
 
 def binary_fetch(result: Any) -> bytes:

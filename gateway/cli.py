@@ -334,12 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keyed", action="store_true", help="print key<TAB>value")
     p.set_defaults(func=cmd_consume)
 
+    from gateway.groups_cli import add_groups_parser
     from gateway.interop.cli import add_matrix_parser
     from gateway.protocols.iggy.auth import add_cli as add_iggy_cli
 
     add_iggy_cli(sub)  # gateway hash-password
     add_pipeline_parser(sub)  # gateway pipeline export|import|copy|stats (gateway/pipeline/cli.py)
     add_matrix_parser(sub)  # gateway matrix (gateway/interop/cli.py)
+    add_groups_parser(sub)  # gateway groups list|describe|reset-offsets (gateway/groups_cli.py)
     return parser
 
 

@@ -70,7 +70,11 @@ class Core:
         self.max_partitions_per_topic = max_partitions_per_topic
         self.router = Router(backends, routes)
         self.waiters = Waiters()
-        self.groups = GroupCoordinator(self.router.backend_for, self.router.default_backend)
+        self.groups = GroupCoordinator(
+            self.router.backend_for,
+            self.router.default_backend,
+            lambda: self.router.backends.values(),
+        )
         self.producers = ProducerRegistry()
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
@@ -299,6 +303,7 @@ class Core:
             cmd.session_timeout_ms,
             self._partition_count,
             cmd.create_member,
+            cmd.protocol,
         )
 
     async def _sync(self, cmd: SyncGroup) -> Any:

@@ -1,0 +1,158 @@
+"""The GroupCoordinator beyond the engine tests: sticky assignment, offsets read through (two
+cores on one store), snapshots in the backend's store (restart on the embedded backend), and the
+operations behind ``gateway groups`` and /v1/groups."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
+from gateway.backends.memory import MemoryBackend
+from gateway.core.engine import Core
+from gateway.core.groups import (
+    describe_group,
+    group_summaries,
+    range_assign,
+    reset_offsets,
+    sticky_assign,
+)
+from gateway.model import (
+    CommitOffset,
+    CommittedOffset,
+    CreateTopic,
+    ErrorCode,
+    FetchOffset,
+    GatewayError,
+    JoinGroup,
+    LeaveGroup,
+    Produce,
+    Record,
+    RecordBatch,
+    SyncGroup,
+)
+from tests.backends.conftest import opened
+
+
+def test_sticky_keeps_survivors_partitions_and_stays_balanced() -> None:
+    topics = {m: ("t",) for m in "abc"}
+    first = range_assign(["a", "b", "c"], topics, {"t": 7})
+    assert first == {"a": tuple(("t", p) for p in (0, 1, 2)), "b": (("t", 3), ("t", 4)),
+                     "c": (("t", 5), ("t", 6))}  # fmt: skip
+    # b leaves: a and c keep what they had, b's partitions are split between them
+    after = sticky_assign(["a", "c"], {"a": ("t",), "c": ("t",)}, {"t": 7}, first)
+    assert set(first["a"]) <= set(after["a"]) and set(first["c"]) <= set(after["c"])
+    assert sorted(after["a"] + after["c"]) == [("t", p) for p in range(7)]
+    assert sorted(len(v) for v in after.values()) == [3, 4]
+    # d joins: everyone gives up only what balance needs
+    four = sticky_assign(list("acd"), {m: ("t",) for m in "acd"}, {"t": 7}, after)
+    assert sorted(len(v) for v in four.values()) == [2, 2, 3]
+    assert sorted(four["a"] + four["c"] + four["d"]) == [("t", p) for p in range(7)]
+    moved = sum(1 for m in "ac" for tp in after[m] if tp not in four[m])
+    assert moved == 2  # exactly the two partitions d needs
+    ranged = range_assign(list("acd"), {m: ("t",) for m in "acd"}, {"t": 7})
+    assert sum(1 for m in "ac" for tp in after[m] if tp not in ranged[m]) > moved
+    # fewer partitions than before: dropped ones vanish, nothing duplicated
+    shrunk = sticky_assign(list("acd"), {m: ("t",) for m in "acd"}, {"t": 3}, four)
+    assert sorted(shrunk["a"] + shrunk["c"] + shrunk["d"]) == [("t", 0), ("t", 1), ("t", 2)]
+
+
+async def _member(core: Core, group: str, member: str = "", protocol: str = "range") -> str:
+    joined = await core.execute(JoinGroup(group, ("t",), member, 30_000, protocol))
+    return joined.member_id
+
+
+async def _assignment(core: Core, group: str, member: str) -> set[int]:
+    gen = (await core.execute(JoinGroup(group, ("t",), member, 30_000, "x"))).generation
+    return {p for _, p in (await core.execute(SyncGroup(group, member, gen))).assignment.partitions}
+
+
+async def test_sticky_protocol_through_the_core() -> None:
+    core = Core({"m": MemoryBackend("m")}, [("*", "m")])
+    await core.execute(CreateTopic("t", 6))
+    ids = [await _member(core, "g", "", "sticky") for _ in range(3)]
+    group = core.groups._groups["g"]
+    before = dict(group.assignment)
+    assert core.groups._protocol(group) == "sticky"
+    await core.execute(LeaveGroup("g", ids[0]))
+    after = group.assignment
+    for m in ids[1:]:
+        assert set(before[m]) <= set(after[m])
+    assert sorted(after[ids[1]] + after[ids[2]]) == [("t", p) for p in range(6)]
+    # a range member in the group: the group falls back to range
+    await _member(core, "g", "", "range")
+    assert core.groups._protocol(group) == "range"
+
+
+async def test_offsets_are_read_through_so_two_cores_on_one_store_agree() -> None:
+    shared = MemoryBackend("m")
+    a = Core({"m": shared}, [("*", "m")])
+    b = Core({"m": shared}, [("*", "m")])
+    await a.execute(CreateTopic("t", 2))
+    assert (await b.execute(FetchOffset("g", "t", 0))).offset == -1
+    await a.execute(CommitOffset("g", "t", 0, 5, "m1"))
+    assert await b.execute(FetchOffset("g", "t", 0)) == CommittedOffset(5, "m1")
+    await b.execute(CommitOffset("g", "t", 0, 9))
+    assert (await a.execute(FetchOffset("g", "t", 0))).offset == 9
+
+
+async def test_embedded_restart_keeps_offsets_and_continues_generations(tmp_path) -> None:
+    def backend() -> EmbeddedBackend:
+        return EmbeddedBackend("e", EmbeddedConfig(fsync="always"), tmp_path)
+
+    async with opened(backend()) as e:
+        core = Core({"e": e}, [("*", "e")])
+        await core.execute(CreateTopic("t", 3))
+        m1 = await _member(core, "g")
+        await _member(core, "g")
+        await core.execute(CommitOffset("g", "t", 1, 42, "meta"))
+        await core.execute(LeaveGroup("g", m1))
+        assert core.groups.describe("g").generation == 3
+    async with opened(backend()) as e:
+        core = Core({"e": e}, [("*", "e")])
+        assert await core.execute(FetchOffset("g", "t", 1)) == CommittedOffset(42, "meta")
+        assert await core.groups.known_groups() == ["g"]
+        stored = await describe_group(core, "g")
+        assert (stored["source"], stored["generation"], len(stored["members"])) == ("stored", 3, 1)
+        assert stored["offsets"] == [
+            {"topic": "t", "partition": 1, "committed": 42, "metadata": "meta",
+             "high_watermark": 0, "lag": 0}
+        ]  # fmt: skip
+        # a new member after the restart: the generation goes on from the stored one
+        joined = await core.execute(JoinGroup("g", ("t",), "", 30_000))
+        assert joined.generation == 4
+
+
+async def test_describe_list_and_reset_offsets() -> None:
+    core = Core({"m": MemoryBackend("m")}, [("*", "m")])
+    await core.execute(CreateTopic("t", 2))
+    records = RecordBatch([Record(None, b"v", (), 1000 + i) for i in range(10)])
+    await core.execute(Produce("t", records, partition=0))
+    await core.execute(CommitOffset("g", "t", 0, 4))
+    member = await _member(core, "live")
+    summaries = {s["name"]: s for s in await group_summaries(core)}
+    assert summaries["g"]["members"] == 0 and summaries["live"]["members"] == 1
+    assert summaries["live"]["generation"] == 1
+    d = await describe_group(core, "g")
+    assert d["offsets"][0] | {} == {"topic": "t", "partition": 0, "committed": 4, "metadata": "",
+                                    "high_watermark": 10, "lag": 6}  # fmt: skip
+    live = await describe_group(core, "live")
+    assert live["source"] == "live"
+    assert live["members"] == [{"member_id": member, "topics": ["t"],
+                                "assignment": [["t", 0], ["t", 1]]}]  # fmt: skip
+    assert await reset_offsets(core, "g", "t", "latest") == [
+        {"topic": "t", "partition": 0, "committed": 10},
+        {"topic": "t", "partition": 1, "committed": 0},
+    ]
+    await reset_offsets(core, "g", "t", "earliest", [0])
+    assert (await core.execute(FetchOffset("g", "t", 0))).offset == 0
+    await reset_offsets(core, "g", "t", 99, [0])  # clamped to the high watermark
+    assert (await core.execute(FetchOffset("g", "t", 0))).offset == 10
+    await reset_offsets(core, "g", "t", "timestamp:1003", [0])
+    assert (await core.execute(FetchOffset("g", "t", 0))).offset == 3
+    with pytest.raises(GatewayError) as err:
+        await reset_offsets(core, "live", "t", "earliest")
+    assert err.value.code is ErrorCode.INVALID_REQUEST
+    assert (await reset_offsets(core, "live", "t", "earliest", force=True))[0]["committed"] == 0
+    with pytest.raises(GatewayError) as err:
+        await reset_offsets(core, "g", "t", "earliest", [5])
+    assert err.value.code is ErrorCode.UNKNOWN_PARTITION
