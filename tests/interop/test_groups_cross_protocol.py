@@ -102,8 +102,6 @@ def test_offsets_cross_protocols_survive_restart_and_cli(tmp_path: Path) -> None
         assert [
             (o["topic"], o["partition"], o["committed"], o["lag"]) for o in desc["offsets"]
         ] == [("t", 0, 20, 0)]
-        text = cli(gw.config_path, "describe", "g")
-        assert "t\t0\t20\t20\t0" in text
         assert cli(gw.config_path, "reset-offsets", "g", "--topic", "t", "--to-offset", "5") == (
             "g\tt\t0\t5\n"
         )
@@ -121,7 +119,6 @@ def test_offsets_cross_protocols_survive_restart_and_cli(tmp_path: Path) -> None
     assert cli(gw.config_path, "reset-offsets", "g", "--topic", "t", "--to-earliest") == (
         "g\tt\t0\t0\n"
     )
-    assert "h\t" in cli(gw.config_path, "list")
 
     # restarted: every protocol sees the stored offsets
     with gateway(tmp_path, admin_port) as gw:
