@@ -13,6 +13,7 @@ import trio
 
 from gateway.backends.upstream import UpstreamConfig, make_upstream
 from gateway.backends.upstream.kafka08_client import Kafka08Client
+from gateway.backends.upstream.pool import Pool
 from gateway.config import ConfigError, parse_config
 from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
 from tests.backends.servers import free_port
@@ -138,3 +139,51 @@ def test_config() -> None:
         )
     text = str(info.value)
     assert "protocol: got 'amqp'" in text and "address: got 'nohost'" in text
+
+
+async def test_a_key_longer_than_cursus_carries_is_cut_as_declared(tmp_path: Path) -> None:
+    with GatewayProcess(tmp_path, listeners={"cursus": {}}) as server:
+        async with upstream("cursus", server.address("cursus")[1]) as backend:
+            await backend.create_topic("big", 1)
+            record = Record(b"k" * 70_000, b"v")  # Cursus keys have a u16 length
+            await backend.append("big", 0, RecordBatch([record]))
+            got = (await backend.read("big", 0, 0, 1, 1 << 20))[0].records[0]
+            assert got.key == backend.stored_form(record).key == b"k" * 65_535
+
+
+async def test_the_pool_maps_failures_and_drops_broken_connections() -> None:
+    opened: list[int] = []
+
+    async def connect() -> int:
+        opened.append(len(opened))
+        return opened[-1]
+
+    async def close(conn: int) -> None:
+        pass
+
+    pool = Pool("test", connect, close, size=2, request_timeout=0.2)
+
+    async def answered(conn: int) -> None:
+        raise GatewayError(ErrorCode.UNKNOWN_TOPIC, "answered")
+
+    async def broken(conn: int) -> None:
+        raise trio.BrokenResourceError("reset")
+
+    async def bug(conn: int) -> None:
+        raise ValueError("cannot encode")
+
+    async def silent(conn: int) -> None:
+        await trio.sleep_forever()
+
+    async def fine(conn: int) -> int:
+        return conn
+
+    assert await code_of(pool.call(answered)) is ErrorCode.UNKNOWN_TOPIC
+    assert await pool.call(fine) == 0  # an answered error keeps the connection
+    assert await code_of(pool.call(broken, retry=False)) is ErrorCode.BACKEND_UNAVAILABLE
+    assert await pool.call(fine) == 1  # the broken one was dropped: a new connection
+    assert await code_of(pool.call(bug)) is ErrorCode.INTERNAL
+    assert await code_of(pool.call(silent)) is ErrorCode.TIMEOUT
+    assert await pool.call(fine) == 3
+    assert await code_of(pool.call(broken)) is ErrorCode.BACKEND_UNAVAILABLE  # tried twice
+    assert len(opened) == 5

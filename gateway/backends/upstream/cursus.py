@@ -3,13 +3,13 @@
 
 Mapping: records are Cursus messages (key, payload; the Cursus-only fields travel as the
 reserved ``_gw.cursus.*`` headers, as at the Cursus listener); other headers and timestamps do
-not exist in Cursus and are dropped (a read gives timestamp -1); an empty key is no key and a
-null value is empty. Appends are binary batches (acks -1 = all), their offsets from the ack's
-``last_offset``. Reads are CONSUME as the one member of a private consumer group per topic
-(``_gw-upstream-<id>-<topic>``, joined on first read; joined again when the broker forgot the
-member). Topics: CREATE, LIST, DESCRIBE, DELETE; partitions are added with CREATE and a larger
-count. Cursus reports no log start (0 is assumed). No partition deletion, time index, offset
-metadata or key-value store (UNSUPPORTED).
+not exist in Cursus and are dropped (a read gives timestamp -1); an empty key is no key, a key
+keeps at most 65,535 bytes (a u16 length) and a null value is empty. Appends are binary batches
+(acks -1 = all), their offsets from the ack's ``last_offset``. Reads are CONSUME as the one
+member of a private consumer group per topic (``_gw-upstream-<id>-<topic>``, joined on first
+read; joined again when the broker forgot the member). Topics: CREATE, LIST, DESCRIBE, DELETE;
+partitions are added with CREATE and a larger count. Cursus reports no log start (0 is
+assumed). No partition deletion, time index, offset metadata or key-value store (UNSUPPORTED).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ class CursusUpstream(UpstreamBackend):
 
     def stored_form(self, record: Record) -> Record:
         headers = tuple((k, v) for k, v in record.headers if k.startswith(_CURSUS_HEADERS))
-        return Record(record.key or None, record.value or b"", headers, -1, record.offset)
+        key = record.key[:0xFFFF] if record.key else None  # a u16 length
+        return Record(key, record.value or b"", headers, -1, record.offset)
 
     async def _text(self, command: str, retry: bool = True) -> str:
         return await self.call(lambda c: c.text(command), retry=retry)

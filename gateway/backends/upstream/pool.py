@@ -102,6 +102,10 @@ class Pool(Generic[C]):
             except GatewayError:
                 ok = True  # an answered error: the connection is still in step
                 raise
+            except Exception as exc:  # a bug or a record the codec cannot encode: say so
+                raise GatewayError(
+                    ErrorCode.INTERNAL, f"{self.name}: {type(exc).__name__}: {exc}"
+                ) from exc
             finally:
                 if ok:
                     self._idle.append(client)
