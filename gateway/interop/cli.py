@@ -18,8 +18,7 @@ from typing import Any
 
 import trio
 
-from gateway.interop.drivers import PROTOCOLS
-from gateway.interop.matrix import format_table, run_matrix
+from gateway.interop import PROTOCOLS  # not .drivers: `gateway --help` and serve stay lean
 
 DEFAULT_CONFIG = "config/gateway.toml"  # as gateway.cli
 
@@ -56,6 +55,8 @@ def addresses_from_config(path: str | None) -> tuple[dict[str, tuple[str, int]],
 
 
 def cmd_matrix(args: Any) -> int:
+    from gateway.interop.matrix import format_table, run_matrix
+
     addresses: dict[str, tuple[str, int]] = {}
     through = args.through
     config = args.matrix_config

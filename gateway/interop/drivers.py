@@ -27,6 +27,7 @@ import trio
 
 from gateway.backends.upstream.kafka08_client import Kafka08Client
 from gateway.backends.upstream.liftbridge_client import LiftbridgeClient
+from gateway.interop import PROTOCOLS as PROTOCOLS  # re-exported
 from gateway.model import Record
 from gateway.protocols.cursus import codec as cursus_codec
 from gateway.protocols.cursus.client import CursusClient
@@ -35,7 +36,6 @@ from gateway.protocols.iggy.client import IggyClient
 from gateway.protocols.iggy.messages import headers_from_model, headers_to_model
 from gateway.protocols.tank.client import TankClient
 
-PROTOCOLS = ("kafka08", "iggy", "tank", "liftbridge", "cursus")
 ALL_FIELDS = frozenset({"key", "value", "headers", "timestamp"})
 LIFTBRIDGE_SERVER_HEADERS = frozenset({"subject", "reply"})
 
