@@ -351,7 +351,7 @@ class TankSession:
         for topic, cp, res, offset in pending:
             await self._fetch_one(topic, cp, res, offset, 0, 1)
         got = sum(_chunk_size(res) for _, _, res, _ in pending)
-        if got >= min_bytes or req.max_wait_ms <= 0 or got and req.min_bytes <= got:
+        if got >= min_bytes or req.max_wait_ms <= 0:
             return
         async with trio.open_nursery() as nursery:
 
@@ -596,6 +596,7 @@ async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> 
                 reader.cancel()
 
         nursery.start_soon(watch)
+        error: Exception | None = None
         try:
             await io.send(GREETING)
             with reader:
@@ -604,10 +605,14 @@ async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> 
             pass
         except RemoteProtocolError as exc:
             protocol_error(ctx.log, PROTOCOL, exc.kind, peer=ctx.peer, detail=str(exc))
+        except Exception as exc:  # a timeout of the server's stream, say: re-raised unwrapped
+            error = exc
         watcher.cancel()
-        if not ctx.shutdown.is_set():
-            # the peer is gone or sent garbage: nobody is left to answer
+        if error is not None or not ctx.shutdown.is_set():
+            # the peer is gone, sent garbage or timed out: nobody is left to answer
             nursery.cancel_scope.cancel()
+    if error is not None:
+        raise error  # outside the nursery, so the server sees it as itself (no ExceptionGroup)
 
 
 class _ConnectionIO:
