@@ -189,6 +189,11 @@ def render_html(data: dict[str, Any]) -> str:
         f"<td>{'healthy' if b['healthy'] else 'DOWN: ' + e(b['detail'])}</td></tr>"
         for b in data["backends"]
     )
+    rows_g = "".join(
+        f"<tr><td>{e(g['name'])}</td><td>{e(str(g.get('state', '?')))}</td>"
+        f"<td>{g.get('generation', '?')}</td><td>{g.get('members', '?')}</td></tr>"
+        for g in data.get("groups", [])
+    )
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="5"><title>gateway status</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin-bottom:1.5em}}
@@ -200,7 +205,9 @@ td,th{{border:1px solid #ccc;padding:.3em .8em;text-align:left}}</style></head><
 <h2>Topics</h2><table id="topics"><tr><th>topic</th><th>backend</th><th>partitions</th>
 <th>records</th></tr>{rows_t}</table>
 <h2>Backends</h2><table id="backends"><tr><th>name</th><th>type</th><th>health</th></tr>{rows_b}
-</table></body></html>"""
+</table>
+<h2>Groups</h2><table id="groups"><tr><th>group</th><th>state</th><th>generation</th>
+<th>members</th></tr>{rows_g}</table></body></html>"""
 
 
 def _int_param(query: dict[str, list[str]], name: str, default: int) -> int:

@@ -50,9 +50,17 @@ class ServerConfig:
     shutdown_grace_s: float = 10.0
     max_topics: int = 10_000
     max_partitions_per_topic: int = 10_000
+    group_assignment: str = "range"
+    """How consumer groups spread partitions: "range" (Kafka's range assignor) or "sticky"
+    (members keep their partitions across rebalances, still balanced to within one)."""
 
     def validate(self) -> list[str]:
         problems = []
+        if self.group_assignment not in ("range", "sticky"):
+            problems.append(
+                f"server.group_assignment: got {self.group_assignment!r}, "
+                "expected 'range' or 'sticky'"
+            )
         if self.log_format not in LOG_FORMATS:
             problems.append(
                 f"server.log_format: got {self.log_format!r}, expected one of {LOG_FORMATS}"

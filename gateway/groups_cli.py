@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from gateway.config import load_config
 from gateway.core.groups import describe_group, group_summaries, reset_offsets
+from gateway.model import GatewayError
 
 
 def add_groups_parser(sub: Any) -> None:
@@ -51,8 +52,25 @@ def _target(args: argparse.Namespace) -> str | int:
     return f"timestamp:{args.to_timestamp}"
 
 
+def _direct(config: Any, fn: Any) -> Any:
+    """``gateway.cli._direct``, with a GatewayError raised as itself (not inside the
+    nursery's exception group) so the CLI prints it as an error line."""
+    from gateway.cli import _direct as direct
+
+    async def guarded(core: Any) -> Any:
+        try:
+            return await fn(core)
+        except GatewayError as exc:
+            return exc
+
+    result = direct(config, guarded)
+    if isinstance(result, GatewayError):
+        raise result
+    return result
+
+
 def cmd_groups(args: argparse.Namespace) -> int:
-    from gateway.cli import _admin_for, _direct
+    from gateway.cli import _admin_for
 
     config = load_config(args.config)
     admin = _admin_for(config)

@@ -461,7 +461,9 @@ class JoinGroup:
     topics: tuple[str, ...]
     member_id: str = ""  # empty: a new member
     session_timeout_ms: int = 30_000
-    protocol: str = "range"
+    protocol: str = ""
+    """The assignment the member asks for: "range", "sticky", or "" (the server's
+    ``group_assignment``)."""
     create_member: bool = False
     """True: an unknown ``member_id`` joins as a new member under that id (Cursus picks member
     ids itself) instead of failing with UNKNOWN_MEMBER."""

@@ -95,6 +95,7 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
         default_partitions=config.server.default_partitions,
         max_topics=config.server.max_topics,
         max_partitions_per_topic=config.server.max_partitions_per_topic,
+        group_assignment=config.server.group_assignment,
     )
 
 

@@ -65,6 +65,7 @@ class Core:
         default_partitions: int = 1,
         max_topics: int = 10_000,
         max_partitions_per_topic: int = 10_000,
+        group_assignment: str = "range",
     ) -> None:
         self.max_topics = max_topics
         self.max_partitions_per_topic = max_partitions_per_topic
@@ -74,6 +75,7 @@ class Core:
             self.router.backend_for,
             self.router.default_backend,
             lambda: self.router.backends.values(),
+            default_protocol=group_assignment,
         )
         self.producers = ProducerRegistry()
         self.auto_create_topics = auto_create_topics

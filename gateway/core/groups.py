@@ -7,8 +7,9 @@ second gateway on the same backend sees them. A committed offset is the next off
 Memberships: members join with their topics; every join or leave starts a new generation whose
 assignment the coordinator computes (range assignment over the union of the members' topics).
 Members that miss their session timeout are expired lazily on the next group operation.
-Assignment is range by default; a group whose members all join with protocol ``sticky`` keeps
-each surviving member's partitions across a rebalance (still balanced to within one).
+Assignment is range by default (``server.group_assignment`` can make ``sticky`` the default); a
+group whose members all ask for ``sticky`` keeps each surviving member's partitions across a
+rebalance (still balanced to within one).
 
 Membership state is kept in memory (members are connections of this gateway) and a snapshot of
 every group (generation, members, assignment) is written after each rebalance to the default
@@ -142,7 +143,9 @@ class GroupCoordinator:
         backend_for: Callable[[str], Backend],
         default_backend: Backend,
         all_backends: Callable[[], Iterable[Backend]] | None = None,
+        default_protocol: str = "range",
     ) -> None:
+        self.default_protocol = default_protocol
         self._backend_for = backend_for
         self._default = default_backend
         self._all_backends = all_backends or (lambda: [default_backend])
@@ -284,8 +287,9 @@ class GroupCoordinator:
         session_timeout_ms: int,
         partition_count: PartitionCount,
         create_member: bool = False,
-        protocol: str = "range",
+        protocol: str = "",
     ) -> JoinGroupResult:
+        protocol = protocol or self.default_protocol
         group = await self._group(name)
         expired = self._expire(group)
         if member_id and member_id not in group.members and not create_member:

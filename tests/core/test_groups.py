@@ -83,6 +83,25 @@ async def test_sticky_protocol_through_the_core() -> None:
     assert core.groups._protocol(group) == "range"
 
 
+async def test_server_default_assignment_is_sticky_when_configured(tmp_path) -> None:
+    from gateway.config import ConfigError, parse_config
+    from gateway.server import build_core
+    from tests.support import make_config
+
+    cfg = parse_config(make_config(tmp_path, server={"group_assignment": "sticky"}))
+    core = build_core(cfg, {"default": MemoryBackend("default")})
+    await core.execute(CreateTopic("t", 4))
+    ids = [(await core.execute(JoinGroup("g", ("t",)))).member_id for _ in range(3)]
+    group = core.groups._groups["g"]
+    assert core.groups._protocol(group) == "sticky"
+    before = dict(group.assignment)
+    await core.execute(LeaveGroup("g", ids[1]))
+    for m in (ids[0], ids[2]):
+        assert set(before[m]) <= set(group.assignment[m])
+    with pytest.raises(ConfigError):
+        parse_config(make_config(tmp_path, server={"group_assignment": "roundrobin"}))
+
+
 async def test_offsets_are_read_through_so_two_cores_on_one_store_agree() -> None:
     shared = MemoryBackend("m")
     a = Core({"m": shared}, [("*", "m")])
@@ -156,3 +175,35 @@ async def test_describe_list_and_reset_offsets() -> None:
     with pytest.raises(GatewayError) as err:
         await reset_offsets(core, "g", "t", "earliest", [5])
     assert err.value.code is ErrorCode.UNKNOWN_PARTITION
+
+
+def test_cli_text_output_on_the_store_directly(tmp_path, capsys) -> None:
+    """No gateway running (admin disabled): ``gateway groups`` opens the embedded log itself."""
+    from gateway.cli import _direct, main
+    from gateway.config import load_config
+    from tests.support import make_config, write_toml
+
+    path = tmp_path / "gw.toml"
+    path.write_text(write_toml(make_config(tmp_path, backend="embedded", admin=False)))
+    records = RecordBatch([Record(None, b"v", (), 1000 + i) for i in range(4)])
+
+    async def setup(core: Core) -> None:
+        await core.execute(CreateTopic("t", 2))
+        await core.execute(Produce("t", records, partition=1))
+        await core.execute(CommitOffset("g", "t", 1, 1, "mine"))
+
+    _direct(load_config(str(path)), setup)
+    capsys.readouterr()
+    assert main(["groups", "list", "--config", str(path)]) == 0
+    assert capsys.readouterr().out == "g\tempty\tgeneration=0\tmembers=0\n"
+    assert main(["groups", "describe", "g", "--config", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "group g: empty, generation 0, range assignment (none)",
+        "TOPIC\tPARTITION\tCOMMITTED\tHIGH-WATERMARK\tLAG\tMETADATA",
+        "t\t1\t1\t4\t3\tmine",
+    ]
+    args = ["groups", "reset-offsets", "g", "--topic", "t", "--to-latest", "--config", str(path)]
+    assert main(args) == 0
+    assert capsys.readouterr().out == "g\tt\t0\t0\ng\tt\t1\t4\n"
+    assert main([*args[:5], "--partition", "7", "--to-earliest", "--config", str(path)]) == 1
+    assert "has no partition 7" in capsys.readouterr().err

@@ -76,3 +76,6 @@ def test_two_gateways_on_one_nats_share_offsets_and_groups(tmp_path: Path) -> No
             live = get(b, "/v1/groups/live")
             assert live["source"] == "stored" and live["generation"] >= 1
             assert {g["name"] for g in get(a, "/v1/status")["groups"]} >= {"g", "k", "live"}
+            with urllib.request.urlopen(b.admin_url + "/", timeout=30) as resp:
+                page = resp.read().decode()
+            assert '<table id="groups">' in page and "<td>live</td>" in page
