@@ -1,9 +1,9 @@
 """One group model for every protocol, against a running gateway on the embedded backend: an
 offset kafka-python (Kafka 0.8.2 OffsetCommit) commits for group "g" on topic "t" is what Cursus
 FETCH_OFFSET for "g" returns (though "g" never joined over Cursus) and the other way round; Iggy
-consumer group 7 is the group named "7"; the offsets survive a restart; ``gateway groups``
-lists, describes and resets them (through the admin API while the gateway runs, directly on the
-store when it does not)."""
+consumer group 7 is the group named "7"; a Liftbridge cursor id is a group name; the offsets
+survive a restart; ``gateway groups`` lists, describes and resets them (through the admin API
+while the gateway runs, directly on the store when it does not)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from tests.support import GatewayProcess
 USERS = [{"username": "iggy", "password": "iggy"}]
 SI, TI = c.Identifier("s"), c.Identifier("q")
 GROUP7 = c.Consumer(c.ConsumerKind.CONSUMER_GROUP, c.Identifier(7))
-LISTENERS = {"kafka08": {}, "cursus": {}, "iggy": {"users": USERS}}
+LISTENERS = {"kafka08": {}, "cursus": {}, "iggy": {"users": USERS}, "liftbridge": {}}
 
 
 def gateway(tmp_path: Path, admin_port: int) -> GatewayProcess:
@@ -48,6 +48,21 @@ def cli(config: Path, *args: str) -> str:
 def kafka(port: int, topic: str, group: str, expect: int | None = None) -> dict:
     args = {"port": port, "api_version": [0, 8, 2], "topic": topic, "group": group}
     return run_client("kafka-python-3", "kafka_python_client.py", {**args, "expect": expect})
+
+
+def liftbridge(addr: tuple[str, int], call: str, **fields: object) -> int:
+    """One cursor RPC through a grpcio stub of the Liftbridge API; the cursor offset."""
+    import grpc
+
+    from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
+    from tests.protocols.liftbridge.grpc_stub import grpc_module
+
+    with grpc.insecure_channel("%s:%d" % addr) as ch:  # noqa: UP031
+        api = grpc_module().APIStub(ch)
+        if call == "set":
+            api.SetCursor(pb.SetCursorRequest(**fields), timeout=30)
+            return int(fields["offset"])  # type: ignore[call-overload]
+        return api.FetchCursor(pb.FetchCursorRequest(**fields), timeout=30).offset
 
 
 def cursus(addr: tuple[str, int], *commands: str) -> list[str]:
@@ -74,6 +89,11 @@ def test_offsets_cross_protocols_survive_restart_and_cli(tmp_path: Path) -> None
         assert cursus(gw.address("cursus"), "FETCH_OFFSET topic=t partition=0 group=g") == [
             "OK offset=20"
         ]
+        # a Liftbridge cursor is the group of that name: Kafka's commit is cursor "g"
+        lb = gw.address("liftbridge")
+        assert liftbridge(lb, "get", stream="t", partition=0, cursorId="g") == 20
+        liftbridge(lb, "set", stream="t", partition=0, cursorId="lc", offset=11)
+        assert kafka(kport, "t", "lc", expect=0)["committed_before"] == 11
         # the other way: a Cursus commit (group h registered over Cursus) read by kafka-python
         replies = cursus(
             gw.address("cursus"),
