@@ -10,7 +10,8 @@ generator and the gateway each have their own process:
   one connection; p50/p99/p999 of the request time. Baseline: the same count of
   ``Core.execute(Produce)`` of 1 record in this process. ``added_p99_ms`` = gateway p99 minus
   baseline p99 (the gateway's added latency, unloaded: at one request in flight the gateway is
-  far below saturation).
+  far below saturation), and the gateway's and the client's CPU time per request (from
+  /proc/PID/stat: on a busy machine the part of the latency that is our own work).
 - concurrency: 1, 4 and 32 connections, each sending produce requests of 1 record (100 bytes) for
   --seconds; records/s over all connections.
 - batches: batches of 1000 records of 100 bytes and of 1 KiB on one connection (--batches
@@ -71,6 +72,11 @@ def records(n: int, size: int) -> list[Record]:
     ts = int(time.time() * 1e6)
     value = b"v" * size
     return [Record(None, value, (), ts, -1) for _ in range(n)]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_bytes(pid: int) -> int:
@@ -141,13 +147,21 @@ async def latency(name: str, gw: GatewayProcess, requests: int) -> dict[str, flo
         for _ in range(20):  # warm-up
             await d.produce(topic, one)
         samples = []
+        assert gw.proc is not None
+        cpu0, own0 = cpu_seconds(gw.proc.pid), time.process_time()
         for _ in range(requests):
             t = time.perf_counter()
             await d.produce(topic, one)
             samples.append(time.perf_counter() - t)
+        cpu = cpu_seconds(gw.proc.pid) - cpu0
+        own = time.process_time() - own0
     finally:
         await d.aclose()
-    return summary_ms(samples)
+    out = summary_ms(samples)
+    # CPU per request: what the latency would be on an idle machine, less the kernel's loopback
+    out["gateway_cpu_us_per_request"] = round(cpu / requests * 1e6, 1)
+    out["client_cpu_us_per_request"] = round(own / requests * 1e6, 1)
+    return out
 
 
 async def concurrency(name: str, gw: GatewayProcess, conns: int, seconds: float) -> float:

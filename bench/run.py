@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -58,6 +59,13 @@ DRIVERS: list[tuple[str, list[str], str, int, str]] = [
     ("tank", ["bench/tank.py"], "tank.json", 120, "in-repo TANK client (codec), 8 in flight"),
     ("iggy", ["bench/iggy.py"], "iggy.json", 120, OWN),
     ("cursus", ["bench/cursus.py"], "cursus.json", 120, OWN),
+    (
+        "liftbridge",
+        ["bench/liftbridge.py", "--messages", "10000", "--backend", "memory"],
+        "liftbridge.json",
+        120,
+        "grpcio (C core) in its own process, and the in-repo codec client",
+    ),
     ("embedded_log", ["bench/embedded_log.py"], "embedded_log.json", 120, "in-process"),
     ("workers", ["bench/workers.py"], "workers.json", 90, KCAT),
     (
@@ -77,17 +85,21 @@ def run_driver(name: str, argv: list[str], limit: int) -> dict[str, Any]:
     started = time.perf_counter()
     print(f"== {name}: {' '.join(argv)} (limit {limit} s)", flush=True)
     with open(log, "w") as out:
+        # own process group: on a time-out the driver's gateway subprocesses go with it
+        proc = subprocess.Popen(
+            [PY, *argv],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **ENV.get(name, {})},
+            start_new_session=True,
+        )
         try:
-            proc = subprocess.run(
-                [PY, *argv],
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=limit,
-                env={**os.environ, **ENV.get(name, {})},
-            )
-            status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+            code = proc.wait(timeout=limit)
+            status = "ok" if code == 0 else f"failed (exit {code})"
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             status = f"timed out after {limit} s"
     seconds = round(time.perf_counter() - started, 1)
     print(f"   {status} in {seconds} s (output in bench/results/{name}.log)", flush=True)
@@ -209,7 +221,8 @@ def rows_backends(d: dict) -> list[Row]:
             continue
         for op, v in ops.items():
             proto = "kafka08" if path.startswith("gateway") else "direct client"
-            out.append(row(proto, path, op, v, base.get(op), 100, KCAT, "backends"))
+            gen = KCAT if path.startswith("gateway") else path.removesuffix(" direct")
+            out.append(row(proto, path, op, v, base.get(op), 100, gen, "backends"))
     return out
 
 
@@ -233,12 +246,27 @@ def rows_embedded(d: dict) -> list[Row]:
     return out
 
 
+def rows_liftbridge(d: dict) -> list[Row]:
+    out = []
+    value = d.get("workload", {}).get("value_bytes", 256)
+    for backend, ops in d.get("runs", {}).items():
+        for op, name in (("publish", "produce"), ("subscribe", "fetch")):
+            r = ops.get(op, {})
+            for client in ("grpcio", "codec"):
+                if client in r:
+                    out.append(row("liftbridge", f"gateway ({backend}), {client} client", name,
+                                   r[client]["messages_per_s"], r["baseline_messages_per_s"],
+                                   value, client, "liftbridge"))  # fmt: skip
+    return out
+
+
 NORMALISERS: dict[str, Callable[[dict], list[Row]]] = {
     "kafka08": rows_kafka08,
     "tank": rows_tank,
     "iggy": rows_pair("iggy", ("send_msgs_per_s", "poll_msgs_per_s")),
     "cursus": rows_pair("cursus", ("produce_msgs_per_s", "consume_msgs_per_s")),
     "latency": rows_latency,
+    "liftbridge": rows_liftbridge,
     "backends": rows_backends,
     "embedded_log": rows_embedded,
 }
@@ -374,16 +402,18 @@ def report(latest: dict, images: list[str]) -> str:
             f"{lat['workload']['latency']}; baseline: Core.execute in-process. Added p99 = gateway "
             "p99 minus baseline p99 (target of issue 12: <= 2 ms).",
             "",
-            "| protocol | p50 ms | p99 ms | p999 ms | added p99 ms | <= 2 ms | "
-            "1 / 4 / 32 connections, 1-record produces/s |",
-            "|---|---|---|---|---|---|---|",
-            f"| baseline | {b['p50_ms']} | {b['p99_ms']} | {b['p999_ms']} | - | - | - |",
+            "| protocol | p50 ms | p99 ms | p999 ms | added p99 ms | <= 2 ms | gateway CPU "
+            "us/request | client CPU us/request | 1 / 4 / 32 connections, 1-record produces/s |",
+            "|---|---|---|---|---|---|---|---|---|",
+            f"| baseline | {b['p50_ms']} | {b['p99_ms']} | {b['p999_ms']} | - | - | - | - | - |",
         ]
         for p, r in lat["protocols"].items():
             la, c = r["latency"], r["concurrency_records_per_s"]
             lines.append(
                 f"| {p} | {la['p50_ms']} | {la['p99_ms']} | {la['p999_ms']} | "
                 f"{r['added_p99_ms']} | {'yes' if r['added_p99_ms'] <= 2 else 'NO'} | "
+                f"{la.get('gateway_cpu_us_per_request', '-')} | "
+                f"{la.get('client_cpu_us_per_request', '-')} | "
                 f"{' / '.join(fmt(v) for v in c.values())} |"
             )
     idle = lat.get("idle")
@@ -428,21 +458,29 @@ def main() -> None:
         "throughput": [],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
+    previous: dict[str, Any] = {}
+    if (RESULTS / "latest.json").exists():
+        previous = json.loads((RESULTS / "latest.json").read_text()).get("drivers", {})
     for name, argv, result, limit, generator in DRIVERS:
-        if only and name not in only:
-            continue
-        if args.report_only:
-            info: dict[str, Any] = {"status": "not run (--report-only)", "seconds": 0.0}
+        if args.report_only or (only and name not in only):
+            # not run now: keep what the last run said of it (its result file is re-read)
+            old = previous.get(name, {})
+            info: dict[str, Any] = {
+                "status": old.get("status", "not run"),
+                "seconds": old.get("seconds", 0.0),
+            }
         else:
             info = run_driver(name, argv, limit)
         info["generator"] = generator
         info["argv"] = argv
         path = RESULTS / result
-        if path.exists() and (args.report_only or info["status"] == "ok"):
+        if path.exists() and info["status"] == "ok":
             info["result"] = json.loads(path.read_text())
             latest["throughput"] += NORMALISERS.get(name, lambda d: [])(info["result"])
         latest["drivers"][name] = info
     latest["seconds"] = round(time.perf_counter() - started, 1)
+    if only or args.report_only:  # a partial run: the whole is the sum of the drivers' times
+        latest["seconds"] = round(sum(d["seconds"] for d in latest["drivers"].values()), 1)
     (RESULTS / "latest.json").write_text(json.dumps(latest, indent=2) + "\n")
     images = charts(latest)
     (RESULTS / "REPORT.md").write_text(report(latest, images))
