@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 import trio
 
 from gateway.backends.base import Backend
@@ -45,6 +46,8 @@ from gateway.model import (
     SyncGroupResult,
 )
 from gateway.observability import GROUP_MEMBERS, REBALANCES
+
+log = structlog.get_logger("gateway.groups")
 
 OFFSETS_NS = "offsets"
 GROUPS_NS = "groups"
@@ -228,8 +231,9 @@ class GroupCoordinator:
         try:
             await self._default.kv_put(GROUPS_NS, group.name, json.dumps(snapshot).encode())
         except GatewayError as exc:
+            # the snapshot is for restarts and other gateways; the live group works without it
             if exc.code is not ErrorCode.UNSUPPORTED:
-                raise
+                log.warning("group_snapshot_not_saved", group=group.name, error=exc.message)
 
     async def _group(self, name: str) -> Group:
         """The in-memory group, created on first use with the generation of its stored snapshot
@@ -238,8 +242,12 @@ class GroupCoordinator:
         if group is None:
             group = self._groups.setdefault(name, Group(name))
         if not group.loaded:
+            try:
+                snap = await self.stored(name)
+            except GatewayError as exc:  # try again on the group's next operation
+                log.warning("group_snapshot_not_loaded", group=name, error=exc.message)
+                return group
             group.loaded = True
-            snap = await self.stored(name)
             if snap is not None:
                 group.generation = max(group.generation, int(snap.get("generation", 0)))
         return group

@@ -207,3 +207,34 @@ def test_cli_text_output_on_the_store_directly(tmp_path, capsys) -> None:
     assert capsys.readouterr().out == "g\tt\t0\t0\ng\tt\t1\t4\n"
     assert main([*args[:5], "--partition", "7", "--to-earliest", "--config", str(path)]) == 1
     assert "has no partition 7" in capsys.readouterr().err
+
+
+async def test_group_works_when_the_snapshot_store_fails() -> None:
+    """The snapshot is for restarts and other gateways: a store error there does not fail a
+    join; the stored generation is read once the store answers again."""
+
+    class Flaky(MemoryBackend):
+        down = True
+
+        async def kv_get(self, namespace: str, key: str) -> bytes | None:
+            if namespace == "groups" and self.down:
+                raise GatewayError(ErrorCode.BACKEND_UNAVAILABLE, "down")
+            return await super().kv_get(namespace, key)
+
+        async def kv_put(self, namespace: str, key: str, value: bytes) -> None:
+            if namespace == "groups" and self.down:
+                raise GatewayError(ErrorCode.BACKEND_UNAVAILABLE, "down")
+            await super().kv_put(namespace, key, value)
+
+    flaky = Flaky("f")
+    await flaky.kv_put("offsets", "x", b"{}")  # the offsets namespace is fine
+    flaky.down = False
+    await flaky.kv_put("groups", "g", b'{"generation": 41}')
+    flaky.down = True
+    core = Core({"f": flaky}, [("*", "f")])
+    await core.execute(CreateTopic("t", 1))
+    joined = await core.execute(JoinGroup("g", ("t",)))
+    assert joined.generation == 1  # the stored 41 could not be read
+    flaky.down = False
+    joined = await core.execute(JoinGroup("g", ("t",)))
+    assert joined.generation == 42  # read on the next join: 41, then its rebalance
