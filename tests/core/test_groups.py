@@ -28,7 +28,6 @@ from gateway.model import (
     Produce,
     Record,
     RecordBatch,
-    SyncGroup,
 )
 from tests.backends.conftest import opened
 
@@ -59,11 +58,6 @@ def test_sticky_keeps_survivors_partitions_and_stays_balanced() -> None:
 async def _member(core: Core, group: str, member: str = "", protocol: str = "range") -> str:
     joined = await core.execute(JoinGroup(group, ("t",), member, 30_000, protocol))
     return joined.member_id
-
-
-async def _assignment(core: Core, group: str, member: str) -> set[int]:
-    gen = (await core.execute(JoinGroup(group, ("t",), member, 30_000, "x"))).generation
-    return {p for _, p in (await core.execute(SyncGroup(group, member, gen))).assignment.partitions}
 
 
 async def test_sticky_protocol_through_the_core() -> None:
