@@ -444,21 +444,11 @@ async def _serve_one(server: Any, stream: trio.SocketStream) -> None:
                 continue
             break
         server.admin_inflight += 1
-        try:
-            code, ctype, payload = await route(server, method, target, bytes(body))
-        except HttpError as exc:
-            code, ctype = exc.status, "application/json"
-            payload = json.dumps({"error": exc.message}).encode()
-        except GatewayError as exc:
-            code, ctype = HTTP_STATUS.get(exc.code, 400), "application/json"
-            payload = json.dumps({"error": exc.message, "code": exc.code.value}).encode()
-        except Exception as exc:
-            log.exception("admin_request_failed", method=method, target=target)
-            code, ctype = 500, "application/json"
-            payload = json.dumps({"error": repr(exc)}).encode()
+        try:  # counted until the whole answer is written: a drain waits for it
+            code, ctype, payload = await _answer(server, method, target, bytes(body))
+            await _respond(stream, conn, code, ctype, payload)
         finally:
             server.admin_inflight -= 1
-        await _respond(stream, conn, code, ctype, payload)
         if conn.our_state is h11.MUST_CLOSE:
             return
         try:
@@ -467,13 +457,25 @@ async def _serve_one(server: Any, stream: trio.SocketStream) -> None:
             return
 
 
+async def _answer(server: Any, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+    try:
+        return await route(server, method, target, body)
+    except HttpError as exc:
+        return exc.status, "application/json", json.dumps({"error": exc.message}).encode()
+    except GatewayError as exc:
+        payload = json.dumps({"error": exc.message, "code": exc.code.value}).encode()
+        return HTTP_STATUS.get(exc.code, 400), "application/json", payload
+    except Exception as exc:
+        log.exception("admin_request_failed", method=method, target=target)
+        return 500, "application/json", json.dumps({"error": repr(exc)}).encode()
+
+
 async def _respond(
     stream: trio.SocketStream, conn: h11.Connection, code: int, ctype: str, payload: bytes
 ) -> None:
     headers = [("content-type", ctype), ("content-length", str(len(payload)))]
-    await stream.send_all(conn.send(h11.Response(status_code=code, headers=headers)))
-    await stream.send_all(conn.send(h11.Data(data=payload)))
-    await stream.send_all(conn.send(h11.EndOfMessage()))
+    head = conn.send(h11.Response(status_code=code, headers=headers))
+    await stream.send_all(head + conn.send(h11.Data(data=payload)) + conn.send(h11.EndOfMessage()))
 
 
 async def _serve_connection(server: Any, stream: trio.SocketStream) -> None:
