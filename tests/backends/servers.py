@@ -136,13 +136,22 @@ class NatsServer(_Process):
         super().__init__()
         self.store_dir = store_dir
         self.port = 0
+        self.monitor_port = 0
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    def subscribed_subjects(self) -> set[str]:
+        """The subjects clients subscribe to now, from the server's monitoring endpoint."""
+        url = f"http://127.0.0.1:{self.monitor_port}/subsz?subs=1"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            body = json.loads(resp.read())
+        return {sub["subject"] for sub in body.get("subscriptions_list") or []}
+
     def start(self) -> NatsServer:
         port = str(self.port) if self.port else "-1"
+        self.monitor_port = self.monitor_port or free_port()
         self._spawn(
             [
                 nats_server_binary(),
@@ -153,6 +162,8 @@ class NatsServer(_Process):
                 "-js",
                 "-sd",
                 str(self.store_dir),
+                "-m",
+                str(self.monitor_port),
             ],
             "Server is ready",
         )

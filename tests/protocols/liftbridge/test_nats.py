@@ -63,7 +63,11 @@ def test_nats_messages_land_in_the_stream(tmp_path: Path) -> None:
                 api.CreateStream(
                     pb.CreateStreamRequest(name="orders", subject="orders.in", partitions=2)
                 )
-                time.sleep(1.5)  # the ingester picks up new streams by polling (0.5 s)
+                # the ingester picks up new streams by polling: wait until it subscribed
+                deadline = time.monotonic() + 30
+                while not {"orders.in", "orders.in.1"} <= nats_server.subscribed_subjects():
+                    assert time.monotonic() < deadline, nats_server.subscribed_subjects()
+                    time.sleep(0.05)
                 enveloped = pb.Message(
                     key=b"k1",
                     value=b"enveloped",
