@@ -1,15 +1,26 @@
 """Benchmark: ``gateway serve --workers 2`` against ``--workers 1`` on a shared NATS JetStream
-backend, in one run.
+backend, in one run, with the CPU time of every process so a reader sees where the time went.
 
 Workload (printed too): nats-server with JetStream (the test extra's binary) on loopback; a
 gateway with the nats backend and the Kafka 0.8 listener, started with --workers 1, then with
---workers 2 (SO_REUSEPORT: the kernel spreads the connections over the workers). Load: --clients
-(default 4) kcat processes (librdkafka, C, 0.8.2 mode) at once, each producing --records (default
-20,000) records of 100 bytes to its own new topic (acks=1, linger 5 ms, 10,000-message
-batches), then --clients kcat consumers at once, each reading its topic back from the start.
+--workers 2 (SO_REUSEPORT: the kernel spreads the connections over the workers). The load is
+gateway-bound by construction: many small requests, so the gateway's CPU per request (decode,
+route, encode, one JetStream publish or read per request) dominates, while the clients are C.
+
+- produce: --clients (default 8) kcat processes (librdkafka, C, 0.8.2 mode) at once, each
+  producing --records (default 4,000) records of 100 bytes to its own new topic, one record per
+  Produce request (batch.num.messages=1, linger.ms=0, acks=1);
+- fetch: then --clients kcat consumers at once, each reading its topic back from the start with
+  fetch.message.max.bytes=1024 (a handful of records per Fetch request).
+
 records/s = all records / wall time of the slowest client. Each figure is the best of --runs
-(default 2) alternating runs. Machine with CPUs shared with other work: the gain of a second
-worker is bounded by the CPUs left over by the clients and nats-server.
+(default 2) alternating runs, with the CPU figures of that run: CPU seconds (user + system, from
+/proc and the clients' rusage) of each gateway worker, the kcat processes together and
+nats-server, each worker's utilisation (CPU seconds / wall seconds: 1.0 = a whole CPU), the whole
+machine's busy CPUs over the same interval (/proc/stat: includes other work on the machine), and
+records per gateway CPU-second. When the machine has no CPU left for a second worker, the
+records/s ratio cannot show a gain; the CPU figures then show whether the gateway or the machine
+was the limit.
 
 Run: ``python bench/workers.py [--clients C] [--records N] [--runs R]``; results go to
 ``bench/results/workers.json``.
@@ -20,11 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -34,58 +47,155 @@ from tests.support import GatewayProcess  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "workers.json"
 VALUE_BYTES = 100
+FETCH_BYTES = 1024
 KCAT_08 = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.8.2.2"]
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def kcat_produce(bootstrap: str, topic: str, path: Path) -> list[str]:
     return ["kcat", "-b", bootstrap, "-P", "-t", topic, "-p", "0", *KCAT_08,
-            "-X", "request.required.acks=1", "-X", "linger.ms=5",
-            "-X", "batch.num.messages=10000",
+            "-X", "request.required.acks=1", "-X", "linger.ms=0",
+            "-X", "batch.num.messages=1",
             "-X", "queue.buffering.max.messages=2000000", "-l", str(path)]  # fmt: skip
 
 
 def kcat_consume(bootstrap: str, topic: str, n: int) -> list[str]:
     return ["kcat", "-b", bootstrap, "-C", "-t", topic, "-p", "0", *KCAT_08,
             "-o", "beginning", "-c", str(n), "-e", "-q", "-f", "%o\n",
-            "-X", "fetch.message.max.bytes=1048576"]  # fmt: skip
+            "-X", f"fetch.message.max.bytes={FETCH_BYTES}"]  # fmt: skip
 
 
-def parallel(commands: list[list[str]], n: int, check_fetch: bool) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except FileNotFoundError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def worker_pids(gw: GatewayProcess) -> list[int]:
+    """The serving processes: the forked workers, or the gateway itself with --workers 1."""
+    assert gw.proc is not None
+    return children(gw.proc.pid) or [gw.proc.pid]
+
+
+def phase(
+    commands: list[list[str]], n: int, check_fetch: bool, gw: GatewayProcess, nats_pid: int
+) -> dict[str, Any]:
+    """Run the clients at once; records/s and the CPU seconds of every process meanwhile."""
+    assert gw.proc is not None
+    watched = {f"gateway worker {i + 1}": pid for i, pid in enumerate(worker_pids(gw))}
+    if watched.get("gateway worker 1") != gw.proc.pid:
+        watched["gateway parent"] = gw.proc.pid
+    watched["nats-server"] = nats_pid
+    before = {name: cpu_seconds(pid) for name, pid in watched.items()}
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0, total0 = machine_jiffies()
     t0 = time.perf_counter()
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for c in commands]
     outs = [p.communicate(timeout=300) for p in procs]
-    seconds = time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    busy1, total1 = machine_jiffies()
+    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = {name: round(cpu_seconds(pid) - before[name], 2) for name, pid in watched.items()}
+    cpu["kcat (all clients)"] = round(
+        kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime, 2
+    )
     for p, (out, err) in zip(procs, outs, strict=True):
         if p.returncode != 0:
             sys.exit(f"kcat failed: {err[-2000:]!r}")
         if check_fetch and len(out.split()) != n:
             sys.exit(f"fetch: got {len(out.split())} of {n} records")
-    return len(commands) * n / seconds
+    records = len(commands) * n
+    workers = [v for k, v in cpu.items() if k.startswith("gateway worker")]
+    gateway_cpu = sum(workers) + cpu.get("gateway parent", 0.0)
+    cpus = os.cpu_count() or 1
+    return {
+        "records_per_s": round(records / wall),
+        "wall_s": round(wall, 2),
+        "cpu_s": cpu,
+        "worker_utilisation": [round(w / wall, 2) for w in workers],
+        "gateway_cpu_s": round(gateway_cpu, 2),
+        "records_per_gateway_cpu_s": round(records / gateway_cpu) if gateway_cpu else None,
+        "machine_busy_cpus": round((busy1 - busy0) / max(1, total1 - total0) * cpus, 2),
+    }
 
 
-def one_run(workers: int, nats_url: str, clients: int, n: int, tmp: Path, tag: str) -> dict:
+def one_run(
+    workers: int, nats: NatsServer, clients: int, n: int, tmp: Path, tag: str
+) -> dict[str, Any]:
     records = tmp / "records.txt"
     if not records.exists():
         records.write_bytes((b"v" * VALUE_BYTES + b"\n") * n)
+    assert nats.proc is not None
     with GatewayProcess(
         tmp / f"gw-{tag}",
         listeners={"kafka08": {}},
-        backends={"default": {"type": "nats", "url": nats_url}},
+        backends={"default": {"type": "nats", "url": nats.url}},
         server={"log_level": "warning"},
         extra_args=("--workers", str(workers)),
     ) as gw:
         host, port = gw.address("kafka08")
         bootstrap = f"{host}:{port}"
         topics = [f"w{tag}-{i}" for i in range(clients)]
-        produce = parallel([kcat_produce(bootstrap, t, records) for t in topics], n, False)
-        fetch = parallel([kcat_consume(bootstrap, t, n) for t in topics], n, True)
+        produce = phase(
+            [kcat_produce(bootstrap, t, records) for t in topics], n, False, gw, nats.proc.pid
+        )
+        fetch = phase([kcat_consume(bootstrap, t, n) for t in topics], n, True, gw, nats.proc.pid)
     return {"produce": produce, "fetch": fetch}
+
+
+def summary_text(best: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespace) -> str:
+    ratio = {
+        op: round(best[2][op]["records_per_s"] / best[1][op]["records_per_s"], 2)
+        for op in ("produce", "fetch")
+    }
+    per_cpu = {
+        op: round(
+            best[2][op]["records_per_gateway_cpu_s"] / best[1][op]["records_per_gateway_cpu_s"], 2
+        )
+        for op in ("produce", "fetch")
+    }
+    parts = []
+    for op in ("produce", "fetch"):
+        one, two = best[1][op], best[2][op]
+        parts.append(
+            f"{op}: 1 worker {one['records_per_s']:,} records/s (worker at "
+            f"{one['worker_utilisation'][0]} CPU, machine {one['machine_busy_cpus']} of "
+            f"{os.cpu_count()} CPUs busy), 2 workers {two['records_per_s']:,} records/s "
+            f"(x{ratio[op]}; workers at {' + '.join(map(str, two['worker_utilisation']))} CPU, "
+            f"machine {two['machine_busy_cpus']} busy); records per gateway CPU-second "
+            f"{one['records_per_gateway_cpu_s']:,} vs {two['records_per_gateway_cpu_s']:,} "
+            f"(x{per_cpu[op]})"
+        )
+    return (
+        f"kafka08 listener on NATS, {args.clients} kcat clients x {args.records:,} records of "
+        f"{VALUE_BYTES} B, one record per Produce request, Fetch requests of {FETCH_BYTES} B: "
+        + "; ".join(parts)
+        + f". Load average {os.getloadavg()[0]:.1f} at the end."
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--records", type=int, default=4_000)
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
     workload = {
@@ -94,38 +204,40 @@ def main() -> None:
         "clients": args.clients,
         "records_per_client": args.records,
         "value_bytes": VALUE_BYTES,
-        "generator": "kcat (librdkafka) 0.8.2 mode, one process per client",
+        "produce": "one record per Produce request (batch.num.messages=1, linger.ms=0, acks=1)",
+        "fetch": f"fetch.message.max.bytes={FETCH_BYTES} (a few records per Fetch request)",
+        "generator": "kcat (librdkafka, C) 0.8.2 mode, one process per client",
         "best_of": args.runs,
     }
     print("workload:", json.dumps(workload))
-    best: dict[int, dict[str, float]] = {1: {}, 2: {}}
+    best: dict[int, dict[str, dict[str, Any]]] = {1: {}, 2: {}}
+    runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         with NatsServer(tmp / "nats") as nats:
             for run in range(args.runs):
                 for workers in (1, 2):
-                    r = one_run(workers, nats.url, args.clients, args.records, tmp,
-                                f"{workers}x{run}")  # fmt: skip
+                    r = one_run(workers, nats, args.clients, args.records, tmp, f"{workers}x{run}")
+                    runs.append({"run": run, "workers": workers, **r})
                     print(f"run {run} workers={workers}: {json.dumps(r)}", flush=True)
-                    for k, v in r.items():
-                        best[workers][k] = max(best[workers].get(k, 0.0), v)
-    ratio = {k: round(best[2][k] / best[1][k], 3) for k in ("produce", "fetch")}
-    summary = (
-        f"kafka08 listener on NATS, {args.clients} kcat clients x {args.records:,} records: "
-        f"1 worker {best[1]['produce']:,.0f} produced/s, {best[1]['fetch']:,.0f} fetched/s; "
-        f"2 workers {best[2]['produce']:,.0f} produced/s, {best[2]['fetch']:,.0f} fetched/s "
-        f"(x{ratio['produce']} produce, x{ratio['fetch']} fetch) on {os.cpu_count()} CPUs, "
-        f"load average {os.getloadavg()[0]:.1f}."
-    )
+                    for op, v in r.items():
+                        if v["records_per_s"] > best[workers].get(op, {}).get("records_per_s", 0):
+                            best[workers][op] = v
+    summary = summary_text(best, args)
     print(summary)
     out = {
         "workload": workload,
         "machine": {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
+        "best": {"1 worker": best[1], "2 workers": best[2]},
         "records_per_s": {
-            "1 worker": {k: round(v) for k, v in best[1].items()},
-            "2 workers": {k: round(v) for k, v in best[2].items()},
+            "1 worker": {op: v["records_per_s"] for op, v in best[1].items()},
+            "2 workers": {op: v["records_per_s"] for op, v in best[2].items()},
         },
-        "two_over_one": ratio,
+        "two_over_one": {
+            op: round(best[2][op]["records_per_s"] / best[1][op]["records_per_s"], 3)
+            for op in ("produce", "fetch")
+        },
+        "runs": runs,
         "summary": summary,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
