@@ -109,7 +109,7 @@ async def _worker(config: GatewayConfig, ready_fd: int) -> int:
 
     server = Server(config, reuse_port=True)
     async with trio.open_nursery() as nursery:
-        await nursery.start(functools.partial(server.run, announce=False))
+        await nursery.start(functools.partial(server.run, announce=False, freeze_heap=True))
         os.write(ready_fd, (server.listening_line() + "\n").encode())
         os.close(ready_fd)
     return 0

@@ -52,7 +52,7 @@ from gateway.model import (
     TopicDescription,
     TopicInfo,
 )
-from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY
+from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY, labelled
 
 
 class Core:
@@ -122,9 +122,7 @@ class Core:
             BACKEND_ERRORS.labels(backend=backend, code=exc.code.value).inc()
             raise
         finally:
-            BACKEND_LATENCY.labels(backend=backend, command=name).observe(
-                time.perf_counter() - started
-            )
+            labelled(BACKEND_LATENCY, backend, name).observe(time.perf_counter() - started)
 
     # ------------------------------------------------------------------ topics
     async def _check_limits(self, new_topic: bool, partitions: int) -> None:

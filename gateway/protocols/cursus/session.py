@@ -60,6 +60,7 @@ from gateway.observability import (
     RECORDS_OUT,
     REQUEST_LATENCY,
     REQUESTS,
+    labelled,
     protocol_error,
 )
 from gateway.protocols.cursus import codec
@@ -389,10 +390,8 @@ class CursusSession:
             reply.body.startswith(b"ERROR") or reply.body.startswith(b'{"status":"ERROR"')
         ):
             outcome = "error"
-        REQUESTS.labels(protocol=PROTOCOL, api=self._api, outcome=outcome).inc()
-        REQUEST_LATENCY.labels(protocol=PROTOCOL, api=self._api).observe(
-            time.perf_counter() - started
-        )
+        labelled(REQUESTS, PROTOCOL, self._api, outcome).inc()
+        labelled(REQUEST_LATENCY, PROTOCOL, self._api).observe(time.perf_counter() - started)
         return reply
 
     async def _dispatch(self, body: bytes) -> Reply:

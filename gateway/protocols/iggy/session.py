@@ -53,6 +53,7 @@ from gateway.observability import (
     RECORDS_OUT,
     REQUEST_LATENCY,
     REQUESTS,
+    labelled,
     protocol_error,
 )
 from gateway.protocols.iggy import codec as c
@@ -201,8 +202,8 @@ class IggySession:
             status = status_for(exc)
             out = self.error(api, status, exc.message)
             outcome = str(status)
-        REQUESTS.labels(protocol=PROTOCOL, api=api, outcome=outcome).inc()
-        REQUEST_LATENCY.labels(protocol=PROTOCOL, api=api).observe(time.perf_counter() - start)
+        labelled(REQUESTS, PROTOCOL, api, outcome).inc()
+        labelled(REQUEST_LATENCY, PROTOCOL, api).observe(time.perf_counter() - start)
         return out
 
     def error(self, api: str, status: int, message: str) -> bytes:
