@@ -27,7 +27,10 @@ Workload (printed too), per protocol:
      latency. Latency = answer received minus release. Python's epoll rounds timeouts up to whole
      milliseconds, so releases come in ~1 ms ticks (bursts of rate/1000 requests); how late each
      release is against its ideal time (timer tick, generator CPU) is reported apart as
-     ``schedule_lag_p99_ms``, for both paths, rather than charged to either.
+     ``schedule_lag_p99_ms``, for both paths, rather than charged to either. A run that did not
+     keep its schedule (achieved < 90% of the rate, or lag p99 > 20 ms: the generator or the
+     machine stalled) is repeated once, the gateway path after measuring saturation again at 32
+     connections; if it still did not, the verdict is "not measured" rather than a figure.
   3. direct backend path, same run: the same open loop (same rate, request count and pool size)
      of ``Core.execute(Produce)`` of the same record into an embedded backend of the same
      configuration in this process: the command the gateway executes for the request, without
@@ -86,6 +89,7 @@ CONNECTIONS = (1, 4, 32)
 SIZES = (100, 1024)
 BATCH = 1000
 TARGET_ADDED_P99_MS = 2.0
+MAX_LAG_MS = 20.0  # a scheduler later than this at p99 was stalled: the run is repeated
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -297,16 +301,25 @@ async def closed_loop(drivers: Sequence[Driver], topic: str, seconds: float, pid
     }
 
 
+def trustworthy(run: dict[str, Any]) -> bool:
+    """The open loop kept its schedule: it sent at the rate asked and its scheduler was never
+    held up for long (a stalled generator or machine, not the system under test)."""
+    return not run["overloaded"] and run["schedule_lag_p99_ms"] <= MAX_LAG_MS
+
+
 async def load_latency(
     name: str, gw: GatewayProcess, direct: Core, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Saturation (closed loop at 1/4/32 connections), then the gateway path and the direct
-    path at ``args.fraction`` of it: see the module docstring."""
+    path at ``args.fraction`` of it: see the module docstring. A run that did not keep its
+    schedule is repeated once (the gateway path after measuring saturation again at 32
+    connections); both attempts are kept in the result."""
     topic = f"lat-{name}"
     await create(gw, topic)
     pid = gateway_pid(gw)
     one = records(1, 100)
     drivers = [await open_driver(name, gw.address(name)) for _ in range(max(CONNECTIONS))]
+    attempts: list[dict[str, Any]] = []
     try:
         for d in drivers:  # warm-up: every connection has produced before it is timed
             await d.produce(topic, one)
@@ -314,25 +327,34 @@ async def load_latency(
             str(c): await closed_loop(drivers[:c], topic, args.seconds, pid) for c in CONNECTIONS
         }
         saturation = max(r["requests_per_s"] for r in conc.values())
-        rate = max(1.0, args.fraction * saturation)
-        count = max(args.min_requests, int(rate * args.load_seconds))
-        pool = drivers[: args.pool]
-        gateway = await measured_open_loop(
-            [lambda d=d: d.produce(topic, one) for d in pool], rate, count, pid
-        )
+        senders = [lambda d=d: d.produce(topic, one) for d in drivers[: args.pool]]
+        for attempt in range(2):
+            if attempt:
+                again = await closed_loop(drivers, topic, args.seconds, pid)
+                saturation = again["requests_per_s"]
+            rate = max(1.0, args.fraction * saturation)
+            count = max(args.min_requests, int(rate * args.load_seconds))
+            gateway = await measured_open_loop(senders, rate, count, pid)
+            attempts.append({"saturation_rps": saturation, "rate_rps": round(rate), **gateway})
+            if trustworthy(gateway):
+                break
     finally:
         for d in drivers:
             await d.aclose()
     dtopic = f"direct-{name}"
     await direct.execute(CreateTopic(dtopic, 1))
     command = Produce(dtopic, RecordBatch(records=one), partition=0)
-    direct_row = await measured_open_loop(
-        [lambda: direct.execute(command)] * args.pool, rate, count, None
-    )
+    for _ in range(2):
+        direct_row = await measured_open_loop(
+            [lambda: direct.execute(command)] * args.pool, rate, count, None
+        )
+        if trustworthy(direct_row):
+            break
     added = {
         f"added_{q}_ms": round(gateway[f"{q}_ms"] - direct_row[f"{q}_ms"], 3)
         for q in ("p50", "p99", "p999")
     }
+    valid = trustworthy(gateway) and trustworthy(direct_row)
     return {
         "concurrency": conc,
         "saturation_rps": saturation,
@@ -340,7 +362,9 @@ async def load_latency(
         "gateway": gateway,
         "direct": direct_row,
         **added,
-        "meets_target": added["added_p99_ms"] <= TARGET_ADDED_P99_MS,
+        # None: not measured (a run did not keep its schedule even when repeated)
+        "meets_target": added["added_p99_ms"] <= TARGET_ADDED_P99_MS if valid else None,
+        "gateway_attempts": attempts,
     }
 
 
@@ -408,10 +432,17 @@ async def idle_connections(gw: GatewayProcess, idle: int, count: int) -> dict[st
     }
 
 
+VERDICT = {
+    True: "meets the 2 ms target",
+    False: "OVER the 2 ms target",
+    None: "not measured: a run did not keep its schedule",
+}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=1.5, help="each closed-loop run")
-    parser.add_argument("--load-seconds", type=float, default=4.0, help="the open-loop run")
+    parser.add_argument("--seconds", type=float, default=1.0, help="each closed-loop run")
+    parser.add_argument("--load-seconds", type=float, default=3.0, help="the open-loop run")
     parser.add_argument("--min-requests", type=int, default=2000)
     parser.add_argument("--fraction", type=float, default=0.5, help="of saturation")
     parser.add_argument("--pool", type=int, default=8, help="open-loop connections")
@@ -484,7 +515,7 @@ async def main() -> None:
         print(
             f"{name}: saturation {ld['saturation_rps']} req/s, at {ld['rate_rps']} req/s p99 "
             f"gateway {ld['gateway']['p99_ms']} ms, direct {ld['direct']['p99_ms']} ms, added "
-            f"{ld['added_p99_ms']} ms ({'meets' if ld['meets_target'] else 'OVER'} the 2 ms target)"
+            f"{ld['added_p99_ms']} ms ({VERDICT[ld['meets_target']]})"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
