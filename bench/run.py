@@ -405,7 +405,7 @@ def latency_section(lat: dict) -> list[str]:
             f"{triple(g)} | {triple(d)} | {triple(r, 'added_')} | {verdict} | "
             f"{fmt(g.get('gateway_cpu_us_per_request'))} | "
             f"{fmt(g.get('client_cpu_us_per_request'))} | {fmt(g['schedule_lag_p99_ms'])} / "
-            f"{fmt(d['schedule_lag_p99_ms'])} | {fmt(g.get('machine_busy_cpus'))} |"
+            f"{fmt(d['schedule_lag_p99_ms'])} | {g.get('machine_busy_cpus', '-')} |"
         )
     met = [p for p, r in protos.items() if r["meets_target"]]
     missed = [p for p, r in protos.items() if r["meets_target"] is False]
