@@ -24,8 +24,10 @@ from hypothesis import strategies as st
 
 from gateway.backends.embedded import BACKEND, EmbeddedBackend, EmbeddedConfig
 from gateway.backends.embedded.log import PartitionLog
+from gateway.backends.embedded.payload import NATIVE_FORMATS, codec_named
 from gateway.backends.embedded.segment import FRAME, OFFSET_ENTRY, TIME_ENTRY
 from gateway.canonical import CANONICAL
+from gateway.canonical import HEADER as CANONICAL_HEADER
 from gateway.config import ConfigError, parse_config
 from gateway.core.groups import GroupCoordinator
 from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
@@ -96,6 +98,66 @@ async def test_reads_hand_out_the_stored_canonical_block(tmp_path: Path) -> None
         [window] = await backend.read("pass", 0, 5, 3, 1 << 20)
         assert (window.first_offset, window.count) == (5, 3)
         assert window.encoded_as(CANONICAL) is None  # a window is not the whole block
+
+
+def native(codec_name: str, records: list[Record]) -> RecordBatch:
+    """A whole batch in a protocol's own format, as its session hands it over."""
+    codec = codec_named(codec_name)
+    return RecordBatch(
+        encoded=codec.encode(records),
+        codec=codec,
+        count=len(records),
+        max_timestamp_us=max(r.timestamp_us for r in records),
+    )
+
+
+@pytest.mark.parametrize("codec_name", sorted(NATIVE_FORMATS))
+async def test_native_blocks_are_stored_as_received_beside_canonical_ones(
+    tmp_path: Path, codec_name: str
+) -> None:
+    first, second = native(codec_name, make_records(10)), native(codec_name, make_records(5))
+    expected = [
+        *first.records,
+        *make_records(3, start=10),
+        *second.records,
+    ]
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("n", 1)
+        await backend.append("n", 0, first)
+        await backend.append("n", 0, encoded(make_records(3, start=10)))
+        await backend.append("n", 0, second)
+        got = await backend.read("n", 0, 0, 100, 1 << 20)
+        assert [(b.codec.name, b.first_offset, b.count) for b in got] == [
+            (codec_name, 0, 10),
+            ("canonical", 10, 3),
+            (codec_name, 13, 5),
+        ]
+        assert bytes(got[0].encoded_as(first.codec)) == bytes(first.encoded_as(first.codec))
+        assert strip(await read_all(backend, "n", 0, 0)) == strip(expected)
+        [window] = await backend.read("n", 0, 2, 3, 1 << 20)  # a window inside a native block
+        assert strip(window.records) == strip(expected[2:5]) and window.first_offset == 2
+        crash(backend)
+    raw = segment_files(tmp_path, "n")[0].read_bytes()
+    assert raw[FRAME.size] == 2 and codec_name.encode() in raw[: FRAME.size + 40]
+    async with embedded(tmp_path) as backend:  # recovery scans and accepts both kinds of frame
+        assert plog(backend, "n").high_watermark == 18
+        assert [r.offset for r in await read_all(backend, "n", 0, 0)] == list(range(18))
+        assert strip(await read_all(backend, "n", 0, 13)) == strip(expected[13:])
+        target = expected[14].timestamp_us
+        assert await backend.offset_for_timestamp("n", 0, target) == min(
+            i for i, r in enumerate(expected) if r.timestamp_us >= target
+        )
+
+
+async def test_a_stored_block_of_an_unknown_format_is_reported_corrupt(tmp_path: Path) -> None:
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("u", 1)
+        payload = CANONICAL_HEADER.pack(2, 1, -1, T0) + b"\x04nope" + b"data"
+        plog(backend, "u").append(payload, 1, T0)
+        plog(backend, "u").high_watermark = 1
+        with pytest.raises(GatewayError) as info:
+            await backend.read("u", 0, 0, 10, 1 << 20)
+        assert info.value.code is ErrorCode.CORRUPT_MESSAGE and "nope" in info.value.message
 
 
 async def test_segment_roll_names_and_oversized_batches(tmp_path: Path) -> None:

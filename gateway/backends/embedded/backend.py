@@ -33,8 +33,8 @@ from gateway.backends.base import Backend, Capabilities, check_partitions, check
 from gateway.backends.embedded.config import TOPIC_KEYS, EmbeddedConfig
 from gateway.backends.embedded.kv import KvStore
 from gateway.backends.embedded.log import LogSettings, PartitionLog
+from gateway.backends.embedded.payload import encode_payload
 from gateway.backends.embedded.syncer import Syncer
-from gateway.canonical import CANONICAL, CanonicalCodecError, peek_header
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -394,16 +394,7 @@ class EmbeddedBackend(Backend):
         plog = self._partition(topic, partition)
         if batch.count == 0:
             return AppendResult(partition, plog.next_offset, plog.next_offset - 1)
-        payload = batch.encode(CANONICAL)
-        try:
-            count, _, max_ts = peek_header(payload)
-        except (CanonicalCodecError, ValueError) as exc:
-            raise GatewayError(ErrorCode.CORRUPT_MESSAGE, f"bad canonical batch: {exc}") from None
-        if count != batch.count:
-            raise GatewayError(
-                ErrorCode.CORRUPT_MESSAGE,
-                f"canonical block holds {count} records, the batch says {batch.count}",
-            )
+        payload, count, max_ts = encode_payload(batch)
         if self.syncer.failure:
             raise GatewayError(ErrorCode.BACKEND_UNAVAILABLE, self.syncer.failure)
         base = plog.append(payload, count, max_ts)

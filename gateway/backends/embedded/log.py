@@ -2,7 +2,8 @@
 
 Appends go to the active segment, which rolls when the next frame would take it past
 ``segment_bytes``. Reads find the segment by base offset, the position by the sparse index, and
-hand out the stored canonical payloads as :class:`RecordBatch` windows without decoding records.
+hand out the stored blocks (canonical, or a protocol's own: ``payload.py``) as
+:class:`RecordBatch` windows without decoding records.
 Retention deletes whole old segments (never the active one) and moves the log start offset.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 import structlog
 from crc32c import crc32c
 
+from gateway.backends.embedded.payload import decode_payload
 from gateway.backends.embedded.segment import (
     FRAME,
     MAX_FRAME,
@@ -28,7 +30,6 @@ from gateway.backends.embedded.segment import (
     scan_segment,
     segment_name,
 )
-from gateway.canonical import CANONICAL
 from gateway.model import ErrorCode, GatewayError, RecordBatch
 
 log = structlog.get_logger("gateway.backends.embedded")
@@ -203,7 +204,10 @@ class PartitionLog:
         si = bisect_right(self.bases, offset) - 1
         seg = segments[si]
         pos = seg.position_for(offset)
-        chunk = min(max(max_bytes, READ_CHUNK_MIN), READ_CHUNK_MAX)
+        # read ahead what the request can use: max_bytes, or fewer bytes when max_records of
+        # this segment's average size are less (a 1,000-record read must not pread 16 MiB)
+        per_record = seg.size // max(1, seg.records) + 1
+        chunk = min(max(min(max_bytes, max_records * per_record), READ_CHUNK_MIN), READ_CHUNK_MAX)
         chunk += self.settings.index_interval_bytes + FRAME.size
         unpack = FRAME.unpack_from
         fsize = FRAME.size
@@ -241,9 +245,10 @@ class PartitionLog:
                     ErrorCode.CORRUPT_MESSAGE,
                     f"CRC-32C mismatch in {seg.path} at position {pos} (offset {base})",
                 )
+            codec, block = decode_payload(mv[rel + fsize : rel + flen])
             batch = RecordBatch(
-                encoded=mv[rel + fsize : rel + flen],
-                codec=CANONICAL,
+                encoded=block,
+                codec=codec,
                 count=count,
                 base_offset=base,
                 max_timestamp_us=max_ts,
@@ -278,7 +283,8 @@ class PartitionLog:
                     return hwm
                 if max_ts < timestamp_us:
                     continue
-                for record in CANONICAL.decode(frame[FRAME.size :], base):
+                codec, block = decode_payload(frame[FRAME.size :])
+                for record in codec.decode(block, base):
                     if record.timestamp_us >= timestamp_us:
                         return record.offset
         return hwm

@@ -6,7 +6,8 @@ Log file: a sequence of frames, each one stored batch::
 
 ``length`` is the payload's size; the CRC-32C covers everything after the crc field (the rest of
 the header and the payload); the payload is the batch in the canonical encoding
-(``gateway.canonical``), stored exactly as it arrived when it was canonical already.
+(``gateway.canonical``), stored exactly as it arrived when it was canonical already, or a
+protocol's own block behind a prefix (``payload.py``).
 
 Indexes (entries every ``index_interval_bytes`` of log, at frame boundaries; the start of the
 segment is an implicit entry)::
@@ -32,8 +33,8 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from gateway.backends.embedded.payload import payload_count
 from gateway.canonical import HEADER as CANONICAL_HEADER
-from gateway.canonical import VERSION as CANONICAL_VERSION
 
 FRAME = struct.Struct("<IIqIq")  # length, crc, base_offset, count, max_timestamp_us
 FRAME_TAIL = struct.Struct("<qIq")  # the CRC'd part of the header
@@ -104,9 +105,10 @@ def check_frame(frame: memoryview, expected_base: int) -> tuple[int, int, int, s
         return base, count, max_ts, "CRC-32C mismatch"
     if base != expected_base:
         return base, count, max_ts, f"base offset {base}, expected {expected_base}"
-    version, payload_count = CANONICAL_HEADER.unpack_from(frame, FRAME.size)[:2]
-    if count < 1 or payload_count != count or version != CANONICAL_VERSION:
-        return base, count, max_ts, f"bad batch header (count {count}/{payload_count})"
+    header = payload_count(frame[FRAME.size :])
+    if header is None or count < 1 or header[1] != count:
+        found = "unknown version" if header is None else f"count {count}/{header[1]}"
+        return base, count, max_ts, f"bad batch header ({found})"
     return base, count, max_ts, ""
 
 
