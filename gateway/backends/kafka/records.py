@@ -1,4 +1,5 @@
-"""Kafka record batches (magic v2), sans-IO: records -> bytes (Produce), bytes -> records (Fetch).
+"""Kafka record batches (magic v2), sans-IO: records or canonical blocks -> bytes (Produce),
+bytes -> records or canonical blocks (Fetch).
 
 Hand-written with precompiled ``struct.Struct`` objects instead of kio's record helpers: kio
 builds a frozen dataclass and a timezone-aware datetime per record and writes each record through
@@ -18,22 +19,38 @@ Layout (big endian)::
 Timestamps: Kafka has milliseconds, the model microseconds. The sub-millisecond remainder of a
 record's timestamp travels in the reserved header ``_gw.us`` (1..999, ASCII digits), only when it
 is not zero, so the round trip is exact and Kafka clients see the right millisecond timestamp.
+
+One walk over a fetched record set (:func:`_batches`: CRC, control batches, compression) and one
+record parser (:func:`_read_record`) serve both readers, :func:`decode_batches` (records) and
+:func:`batches_to_canonical` (a canonical block, no per-record objects). One writer,
+:func:`canonical_to_batch`, serves Produce (:func:`encode_batch` goes through a canonical block).
+
+Uniform runs: what a Kafka 0.8 producer sends, and therefore what comes back from the broker, is
+long runs of records of one shape (same key and value lengths, same timestamp, same headers),
+whose only per-record differences are the offset delta, the key and the value. Both transcoders
+find such runs and move them with C-level operations: ``struct`` formats repeated over a chunk of
+records pull out every key and value in one call, strided slices (``buf[a:b:stride]``) check that
+every other byte of every record in the run is the same as in the run's first record (and that the
+offset deltas count up from it), and ``bytes.join`` over interleaved lists writes the result.
+A run that fails any check is transcoded record by record, the same as a non-uniform batch.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import crc32c
 
+from gateway.canonical import CANONICAL
 from gateway.canonical import FIELD as CANON_FIELD
 from gateway.canonical import HEADER as CANON_HEADER
 from gateway.canonical import RECORD as CANON_RECORD
 from gateway.model import RESERVED_HEADER_PREFIX, Record
 
 US_HEADER = RESERVED_HEADER_PREFIX + "us"
+_US_NAME = US_HEADER.encode()
 BATCH_HEAD = struct.Struct(">qiibI")  # baseOffset, batchLength, leaderEpoch, magic, crc
 BATCH_BODY = struct.Struct(">hiqqqhii")  # attributes .. count
 HEAD_SIZE = BATCH_HEAD.size  # 21
@@ -42,6 +59,10 @@ OVERHEAD = 12  # baseOffset + batchLength: not counted in batchLength
 
 COMPRESSION_MASK = 0x07
 CONTROL_FLAG = 0x20
+
+MIN_RUN = 16  # shorter uniform runs are not worth the set-up of the C-level path
+CHUNK = 256  # records per repeated struct format
+_CANON_RSIZE = CANON_RECORD.size  # 22
 
 
 class KafkaRecordError(ValueError):
@@ -61,7 +82,7 @@ def _varint(n: int) -> bytes:
 
 
 _SMALL = [_varint(i) for i in range(-1, 64)]
-_US_KEY = _varint(len(US_HEADER)) + US_HEADER.encode()
+_US_KEY = _varint(len(US_HEADER)) + _US_NAME
 
 
 def varint(n: int) -> bytes:
@@ -70,199 +91,149 @@ def varint(n: int) -> bytes:
     return _varint(n)
 
 
-def encode_batch(records: Sequence[Record], now_ms: int, base_offset: int = 0) -> bytes:
-    """One uncompressed v2 batch holding ``records`` (timestamps < 0 get ``now_ms``)."""
-    parts: list[bytes] = []
-    append = parts.append
-    stamps = [r.timestamp_us for r in records]
-    ms = [t // 1000 if t >= 0 else now_ms for t in stamps]
-    base_ts = min(ms)
-    max_ts = max(ms)
-    for i, r in enumerate(records):
-        key, value, headers = r.key, r.value, r.headers
-        t = stamps[i]
-        rem = t % 1000 if t >= 0 else 0
-        body = [
-            b"\x00",
-            varint(ms[i] - base_ts),
-            varint(i),
-            b"\x01" if key is None else varint(len(key)) + key,
-            b"\x01" if value is None else varint(len(value)) + value,
-        ]
-        nh = len(headers) + (1 if rem else 0)
-        body.append(varint(nh))
-        for name, hval in headers:
-            raw = name.encode()
-            body.append(varint(len(raw)) + raw)
-            body.append(b"\x01" if hval is None else varint(len(hval)) + hval)
-        if rem:
-            raw_rem = str(rem).encode()
-            body.append(_US_KEY + varint(len(raw_rem)) + raw_rem)
-        rec = b"".join(body)
-        append(varint(len(rec)))
-        append(rec)
-    records_bytes = b"".join(parts)
-    after_crc = (
-        BATCH_BODY.pack(0, len(records) - 1, base_ts, max_ts, -1, -1, -1, len(records))
-        + records_bytes
-    )
-    crc = crc32c.crc32c(after_crc)
-    length = 4 + 1 + 4 + len(after_crc)  # leaderEpoch + magic + crc + rest
-    return BATCH_HEAD.pack(base_offset, length, -1, 2, crc) + after_crc
+def _width(n: int) -> int:
+    """Bytes of the zigzag varint of ``n`` >= 0."""
+    z = n << 1
+    w = 1
+    while z >= 0x80:
+        z >>= 7
+        w += 1
+    return w
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    shift = 0
-    z = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise KafkaRecordError("varint too long")
-    return (z >> 1) ^ -(z & 1), pos
+_STRUCTS: dict[tuple[str, int], struct.Struct] = {}
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
-    if codec == 1:
-        return zlib.decompress(data, 16 + zlib.MAX_WBITS)
-    raise KafkaRecordError(f"compression codec {codec} is not supported (only none and gzip are)")
+def _repeated(fmt: str, n: int) -> struct.Struct:
+    """A struct of ``fmt`` repeated ``n`` times (cached: the shapes of a workload repeat)."""
+    st = _STRUCTS.get((fmt, n))
+    if st is None:
+        if len(_STRUCTS) > 256:
+            _STRUCTS.clear()
+        st = _STRUCTS[(fmt, n)] = struct.Struct(">" + fmt * n)
+    return st
 
 
-def decode_batches(
-    data: bytes | memoryview, min_offset: int = 0, max_records: int = 1 << 62
-) -> list[Record]:
-    """The records with offset >= ``min_offset`` in a Fetch response's record set, at most
-    ``max_records``. A trailing partial batch (the broker cuts at max bytes) is ignored;
-    control batches are skipped."""
-    buf = bytes(data)
-    out: list[Record] = []
-    pos = 0
-    end = len(buf)
-    read = _read_varint
-    while pos + OVERHEAD + 9 <= end and len(out) < max_records:
-        base_offset, length, _epoch, magic, crc = BATCH_HEAD.unpack_from(buf, pos)
-        stop = pos + OVERHEAD + length
-        if stop > end:
-            break
-        if magic != 2:
-            raise KafkaRecordError(f"record batch magic {magic} is not supported")
-        body_start = pos + HEAD_SIZE
-        if crc32c.crc32c(buf[body_start:stop]) != crc:
-            raise KafkaRecordError(f"CRC mismatch in the batch at offset {base_offset}")
-        attrs, _last_delta, base_ts, _max_ts, _pid, _pepoch, _bseq, count = BATCH_BODY.unpack_from(
-            buf, body_start
-        )
-        pos = stop
-        if attrs & CONTROL_FLAG or base_offset + _last_delta < min_offset:
-            continue
-        rpos = body_start + BODY_SIZE
-        rbuf = buf
-        codec = attrs & COMPRESSION_MASK
-        if codec:
-            rbuf = _decompress(codec, buf[rpos:stop])
-            rpos = 0
-        for _ in range(count):
-            # varints inlined for their one-byte case (zigzag: (b >> 1) ^ -(b & 1))
-            # the record length is not needed: skip its bytes, and the attributes byte
-            while rbuf[rpos] >= 0x80:
-                rpos += 1
-            rpos += 2
-            b = rbuf[rpos]
-            if b < 0x80:
-                ts_delta = (b >> 1) ^ -(b & 1)
-                rpos += 1
-            else:
-                ts_delta, rpos = read(rbuf, rpos)
-            b = rbuf[rpos]
-            if b < 0x80:
-                off_delta = (b >> 1) ^ -(b & 1)
-                rpos += 1
-            elif rbuf[rpos + 1] < 0x80:
-                z = (b & 0x7F) | (rbuf[rpos + 1] << 7)
-                off_delta = (z >> 1) ^ -(z & 1)
-                rpos += 2
-            else:
-                off_delta, rpos = read(rbuf, rpos)
-            b = rbuf[rpos]
-            if b == 1:
-                key = None
-                rpos += 1
-            elif b < 0x80:
-                klen = b >> 1
-                key = rbuf[rpos + 1 : rpos + 1 + klen]
-                rpos += 1 + klen
-            else:
-                klen, rpos = read(rbuf, rpos)
-                key = rbuf[rpos : rpos + klen]
-                rpos += klen
-            b = rbuf[rpos]
-            if b == 1:
-                value = None
-                rpos += 1
-            elif b < 0x80:
-                vlen = b >> 1
-                value = rbuf[rpos + 1 : rpos + 1 + vlen]
-                rpos += 1 + vlen
-            elif rbuf[rpos + 1] < 0x80:  # non-negative two-byte length
-                vlen = ((b & 0x7F) | (rbuf[rpos + 1] << 7)) >> 1
-                value = rbuf[rpos + 2 : rpos + 2 + vlen]
-                rpos += 2 + vlen
-            else:
-                vlen, rpos = read(rbuf, rpos)
-                value = rbuf[rpos : rpos + vlen]
-                rpos += vlen
-            b = rbuf[rpos]
-            if b < 0x80:
-                nh = b >> 1
-                rpos += 1
-            else:
-                nh, rpos = read(rbuf, rpos)
-            ts = (base_ts + ts_delta) * 1000
-            headers: tuple[tuple[str, bytes], ...] = ()
-            if nh:
-                hl = []
-                for _ in range(nh):
-                    hk, rpos = read(rbuf, rpos)
-                    name = rbuf[rpos : rpos + hk].decode("utf-8", "replace")
-                    rpos += hk
-                    hv, rpos = read(rbuf, rpos)
-                    if hv < 0:
-                        hval = b""
-                    else:
-                        hval = rbuf[rpos : rpos + hv]
-                        rpos += hv
-                    if name == US_HEADER:
-                        ts += int(hval or b"0")
-                    else:
-                        hl.append((name, hval))
-                headers = tuple(hl)
-            offset = base_offset + off_delta
-            if offset >= min_offset:
-                out.append(Record(key, value, headers, ts, offset))
-                if len(out) >= max_records:
-                    break
+def _unpack_run(buf: bytes, pos: int, fmt: str, stride: int, n: int) -> list[bytes]:
+    """The ``s`` fields of ``n`` records of ``stride`` bytes from ``pos``, ``fmt`` per record."""
+    out: list[bytes] = []
+    full, rest = divmod(n, CHUNK)
+    if full:
+        st = _repeated(fmt, CHUNK)
+        step = CHUNK * stride
+        for _ in range(full):
+            out.extend(st.unpack_from(buf, pos))
+            pos += step
+    if rest:
+        out.extend(_repeated(fmt, rest).unpack_from(buf, pos))
     return out
 
 
-# ------------------------------------------------------------------ canonical <-> v2 transcoding
-# The Kafka 0.8 listener (and other sessions) hand over canonical blocks and serve canonical
-# windows without per-record objects; these two functions keep that true through this backend.
+# ------------------------------------------------------------------------------------ writing
 
 
-def canonical_to_batch(block: bytes | memoryview, now_ms: int) -> tuple[bytes, int]:
-    """(one v2 batch, record count) from a canonical block, building no Record objects."""
+def encode_batch(records: Sequence[Record], now_ms: int, base_offset: int = 0) -> bytes:
+    """One uncompressed v2 batch holding ``records`` (timestamps < 0 get ``now_ms``)."""
+    return canonical_to_batch(CANONICAL.encode(records), now_ms, base_offset)[0]
+
+
+_HEADS: dict[tuple[int, bytes], list[bytes]] = {}
+_HEADS_MAX = 1 << 16
+
+
+def _heads(fixed: int, mid: bytes, n: int) -> list[bytes]:
+    """For records 0..n-1 of one shape: ``length | attributes | tsDelta 0 | offsetDelta i`` and
+    ``mid``, where ``fixed`` is the record's length without its offset delta. Cached per shape."""
+    key = (fixed, mid)
+    heads = _HEADS.get(key)
+    if heads is None:
+        if len(_HEADS) > 32:
+            _HEADS.clear()
+        heads = _HEADS[key] = []
+    if len(heads) < n:
+        start = len(heads)
+        new = []
+        for i in range(start, n):
+            vi = varint(i)
+            new.append(varint(fixed + len(vi)) + b"\x00\x00" + vi + mid)
+        if n <= _HEADS_MAX:
+            heads.extend(new)
+        else:
+            return heads + new
+    return heads if len(heads) == n else heads[:n]
+
+
+def _uniform_canonical(buf: bytes, count: int, now_ms: int) -> tuple[bytes, int] | None:
+    """(the v2 records, their millisecond timestamp) of a canonical block whose records all have
+    one shape and timestamp and no headers (a Kafka 0.8 produce); None otherwise."""
+    pos = CANON_HEADER.size
+    ts, klen, vlen, nh = CANON_RECORD.unpack_from(buf, pos)
+    k = klen if klen > 0 else 0
+    v = vlen if vlen > 0 else 0
+    stride = _CANON_RSIZE + k + v
+    if nh or len(buf) != pos + count * stride:
+        return None
+    # every record header equals the first: together with the total length, this proves the
+    # records sit at a fixed stride
+    for j in range(_CANON_RSIZE):
+        if buf[pos + j :: stride] != buf[pos + j : pos + j + 1] * count:
+            return None
+    ms, rem = (ts // 1000, ts % 1000) if ts >= 0 else (now_ms, 0)
+    if rem:
+        raw_rem = str(rem).encode()
+        tail = varint(1) + _US_KEY + varint(len(raw_rem)) + raw_rem
+    else:
+        tail = b"\x00"
+    kprefix = b"\x01" if klen < 0 else varint(klen)
+    vprefix = b"\x01" if vlen < 0 else varint(vlen)
+    fixed = 2 + len(kprefix) + k + len(vprefix) + v + len(tail)  # attributes, tsDelta, ...
+    fmt = f"{_CANON_RSIZE}x" + (f"{k}s" if k else "") + (f"{v}s" if v else "")
+    fields = _unpack_run(buf, pos, fmt, stride, count) if k or v else []
+    if k:
+        heads = _heads(fixed, kprefix, count)
+        slots = 5 if v else 4
+        parts: list[bytes] = [b""] * (count * slots)
+        parts[0::slots] = heads
+        parts[1::slots] = fields[0::2] if v else fields
+        parts[2::slots] = [vprefix] * count
+        if v:
+            parts[3::slots] = fields[1::2]
+        parts[slots - 1 :: slots] = [tail] * count
+    else:
+        heads = _heads(fixed, kprefix + vprefix, count)
+        slots = 3 if v else 2
+        parts = [b""] * (count * slots)
+        parts[0::slots] = heads
+        if v:
+            parts[1::slots] = fields
+        parts[slots - 1 :: slots] = [tail] * count
+    return b"".join(parts), ms
+
+
+def canonical_to_batch(
+    block: bytes | memoryview, now_ms: int, base_offset: int = 0
+) -> tuple[bytes, int]:
+    """(one uncompressed v2 batch, record count) from a canonical block, building no Record
+    objects (timestamps < 0 get ``now_ms``)."""
     buf = bytes(block)
     _version, count, _min_ts, _max_ts = CANON_HEADER.unpack_from(buf, 0)
+    uniform = _uniform_canonical(buf, count, now_ms) if count >= MIN_RUN else None
+    if uniform is not None:
+        records_bytes, base_ts = uniform
+        max_ts = base_ts
+    else:
+        records_bytes, base_ts, max_ts = _canonical_records(buf, count, now_ms)
+    after_crc = BATCH_BODY.pack(0, count - 1, base_ts, max_ts, -1, -1, -1, count) + records_bytes
+    length = 4 + 1 + 4 + len(after_crc)  # leaderEpoch + magic + crc + rest
+    head = BATCH_HEAD.pack(base_offset, length, -1, 2, crc32c.crc32c(after_crc))
+    return head + after_crc, count
+
+
+def _canonical_records(buf: bytes, count: int, now_ms: int) -> tuple[bytes, int, int]:
+    """(v2 records, base and max timestamp ms) of a canonical block, record by record."""
     pos = CANON_HEADER.size
     unpack = CANON_RECORD.unpack_from
-    rsize = CANON_RECORD.size
+    rsize = _CANON_RSIZE
     items = []
     ms_list = []
     for _ in range(count):
@@ -309,9 +280,259 @@ def canonical_to_batch(block: bytes | memoryview, now_ms: int) -> tuple[bytes, i
         rec = b"".join(body)
         append(varint(len(rec)))
         append(rec)
-    after_crc = BATCH_BODY.pack(0, count - 1, base_ts, max_ts, -1, -1, -1, count) + b"".join(parts)
-    length = 4 + 1 + 4 + len(after_crc)
-    return BATCH_HEAD.pack(0, length, -1, 2, crc32c.crc32c(after_crc)) + after_crc, count
+    return b"".join(parts), base_ts, max_ts
+
+
+# ------------------------------------------------------------------------------------ reading
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    shift = 0
+    z = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise KafkaRecordError("varint too long")
+    return (z >> 1) ^ -(z & 1), pos
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == 1:
+        return zlib.decompress(data, 16 + zlib.MAX_WBITS)
+    raise KafkaRecordError(f"compression codec {codec} is not supported (only none and gzip are)")
+
+
+def _batches(buf: bytes, min_offset: int) -> Iterator[tuple[int, int, int, bytes, int, int]]:
+    """The walk over a Fetch record set: ``(base offset, base timestamp, record count, buffer,
+    start, end)`` of each data batch holding offsets >= ``min_offset``, CRC checked, decompressed.
+    Control batches are skipped; a trailing partial batch (the broker cuts at max bytes) ends the
+    walk."""
+    pos = 0
+    end = len(buf)
+    while pos + HEAD_SIZE <= end:
+        base_offset, length, _epoch, magic, crc = BATCH_HEAD.unpack_from(buf, pos)
+        stop = pos + OVERHEAD + length
+        if stop > end:
+            return
+        if magic != 2:
+            raise KafkaRecordError(f"record batch magic {magic} is not supported")
+        body_start = pos + HEAD_SIZE
+        if stop < body_start + BODY_SIZE:
+            raise KafkaRecordError(f"record batch of {length} bytes is too short")
+        if crc32c.crc32c(buf[body_start:stop]) != crc:
+            raise KafkaRecordError(f"CRC mismatch in the batch at offset {base_offset}")
+        attrs, last_delta, base_ts, _max_ts, _pid, _pepoch, _bseq, count = BATCH_BODY.unpack_from(
+            buf, body_start
+        )
+        pos = stop
+        if attrs & CONTROL_FLAG or base_offset + last_delta < min_offset:
+            continue
+        rpos = body_start + BODY_SIZE
+        codec = attrs & COMPRESSION_MASK
+        if codec:
+            data = _decompress(codec, buf[rpos:stop])
+            yield base_offset, base_ts, count, data, 0, len(data)
+        else:
+            yield base_offset, base_ts, count, buf, rpos, stop
+
+
+def _read_record(
+    buf: bytes, pos: int
+) -> tuple[int, int, int, int, int, int, int, list[tuple[bytes, bytes]]]:
+    """One record at ``pos``: (end, timestamp delta, offset delta, key length, key start, value
+    length, value start, headers as (name, value) bytes; a null header value is b"")."""
+    read = _read_varint
+    b = buf[pos]
+    if b < 0x80:
+        length = b >> 1
+        pos += 1
+    else:
+        length, pos = read(buf, pos)
+    end = pos + length
+    pos += 1  # attributes
+    ts_delta, pos = read(buf, pos)
+    off_delta, pos = read(buf, pos)
+    klen, pos = read(buf, pos)
+    kstart = pos
+    if klen > 0:
+        pos += klen
+    vlen, pos = read(buf, pos)
+    vstart = pos
+    if vlen > 0:
+        pos += vlen
+    nh, pos = read(buf, pos)
+    headers = []
+    for _ in range(nh):
+        hk, pos = read(buf, pos)
+        name = buf[pos : pos + hk]
+        pos += hk
+        hv, pos = read(buf, pos)
+        if hv > 0:
+            headers.append((name, buf[pos : pos + hv]))
+            pos += hv
+        else:
+            headers.append((name, b""))
+    if pos != end or klen < -1 or vlen < -1:
+        raise KafkaRecordError(f"malformed record (its fields end at {pos}, its length at {end})")
+    return end, ts_delta, off_delta, klen, kstart, vlen, vstart, headers
+
+
+def decode_batches(
+    data: bytes | memoryview, min_offset: int = 0, max_records: int = 1 << 62
+) -> list[Record]:
+    """The records with offset >= ``min_offset`` in a Fetch response's record set, at most
+    ``max_records``. A trailing partial batch (the broker cuts at max bytes) is ignored;
+    control batches are skipped."""
+    out: list[Record] = []
+    if max_records <= 0:
+        return out
+    try:
+        for base_offset, base_ts, count, rbuf, rpos, _rend in _batches(bytes(data), min_offset):
+            for _ in range(count):
+                rpos, ts_delta, off_delta, klen, kstart, vlen, vstart, raw = _read_record(
+                    rbuf, rpos
+                )
+                offset = base_offset + off_delta
+                if offset < min_offset:
+                    continue
+                ts = (base_ts + ts_delta) * 1000
+                headers: tuple[tuple[str, bytes], ...] = ()
+                if raw:
+                    hl = []
+                    for name, hval in raw:
+                        if name == _US_NAME:
+                            ts += int(hval or b"0")
+                        else:
+                            hl.append((name.decode("utf-8", "replace"), hval))
+                    headers = tuple(hl)
+                out.append(
+                    Record(
+                        None if klen < 0 else rbuf[kstart : kstart + klen],
+                        None if vlen < 0 else rbuf[vstart : vstart + vlen],
+                        headers,
+                        ts,
+                        offset,
+                    )
+                )
+                if len(out) >= max_records:
+                    return out
+    except (IndexError, struct.error) as exc:
+        raise KafkaRecordError(f"truncated record: {exc}") from None
+    return out
+
+
+# ------------------------------------------------------------------ v2 -> canonical
+# The Kafka 0.8 listener (and other sessions) read canonical windows without per-record objects;
+# batches_to_canonical keeps that true through this backend.
+
+_LOW_BYTES = bytes(range(0, 128, 2))  # byte 0 of the zigzag varints of 0..63, repeating
+
+
+def _offset_column(t: int, w: int, start: int, n: int) -> bytes:
+    """Byte ``t`` of the zigzag varints (all ``w`` bytes wide) of ``start .. start+n-1``: the
+    column a strided slice over a run's offset deltas must equal. Built from repeated patterns,
+    not per index: byte 0 cycles every 64 indexes, byte t >= 1 holds each value for 2**(7t-1)."""
+    cont = 0x80 if t < w - 1 else 0
+    if t == 0:
+        pattern = bytes(b | cont for b in _LOW_BYTES) if cont else _LOW_BYTES
+        first = start % 64
+        return (pattern * ((first + n) // 64 + 1))[first : first + n]
+    shift = 7 * t - 1
+    out = []
+    i = start
+    stop = start + n
+    while i < stop:
+        block_end = min(stop, ((i >> shift) + 1) << shift)
+        out.append(bytes((((i >> shift) & 0x7F) | cont,)) * (block_end - i))
+        i = block_end
+    return b"".join(out)
+
+
+class _Run:
+    """The shape of a uniform run, from its first record (see the module docstring)."""
+
+    __slots__ = ("stride", "fmt", "k", "v", "pre", "post", "ts", "checks", "offpos", "w")
+
+    def __init__(self, buf: bytes, pos: int, index: int, base_ts: int) -> None:
+        end, ts_delta, off_delta, klen, kstart, vlen, vstart, raw = _read_record(buf, pos)
+        if off_delta != index:
+            raise ValueError("not dense")
+        self.stride = end - pos
+        self.w = _width(index)
+        # the offset delta's varint ends where the key length's starts
+        self.offpos = kstart - pos - len(varint(klen)) - self.w
+        self.k = k = klen if klen > 0 else 0
+        self.v = v = vlen if vlen > 0 else 0
+        ko, vo = kstart - pos, vstart - pos
+        ts = (base_ts + ts_delta) * 1000
+        fields = []
+        for name, hval in raw:
+            if name == _US_NAME:
+                ts += int(hval or b"0")
+            else:
+                fields.append(CANON_FIELD.pack(len(name), len(hval)) + name + hval)
+        self.ts = ts
+        self.pre = CANON_RECORD.pack(ts, klen, vlen, len(fields))
+        self.post = b"".join(fields)
+        # the byte positions that must be equal in every record of the run: all but the offset
+        # delta, the key and the value
+        varying = set(range(self.offpos, self.offpos + self.w))
+        varying.update(range(ko, ko + k))
+        varying.update(range(vo, vo + v))
+        self.checks = [j for j in range(self.stride) if j not in varying]
+        fmt = ""
+        at = 0
+        for start, n in ((ko, k), (vo, v)):
+            if n:
+                fmt += f"{start - at}x{n}s" if start > at else f"{n}s"
+                at = start + n
+        if fmt and at < self.stride:
+            fmt += f"{self.stride - at}x"
+        self.fmt = fmt
+
+    def length(self, buf: bytes, pos: int, end: int, index: int, limit: int) -> int:
+        """How many records from ``pos`` (the first being record ``index`` of its batch, at most
+        ``limit``) follow this shape, checked at C speed; 0 when not all of them do."""
+        stride = self.stride
+        w = self.w
+        hi = 64 << (7 * (w - 1))  # the first index whose varint is wider
+        n = min(limit, hi - index, (end - pos) // stride)
+        if n < MIN_RUN:
+            return 0
+        stop = pos + n * stride
+        for j in self.checks:
+            if buf[pos + j : stop : stride] != buf[pos + j : pos + j + 1] * n:
+                return 0
+        at = pos + self.offpos
+        for t in range(w):
+            if buf[at + t : stop : stride] != _offset_column(t, w, index, n):
+                return 0
+        return n
+
+    def canonical(self, buf: bytes, pos: int, n: int) -> list[bytes]:
+        """The canonical encoding of ``n`` records of this shape from ``pos``, as parts."""
+        pre, post = self.pre, self.post
+        k, v = self.k, self.v
+        fields = _unpack_run(buf, pos, self.fmt, self.stride, n) if self.fmt else []
+        slots = 1 + (k > 0) + (v > 0) + (len(post) > 0)
+        parts: list[bytes] = [b""] * (n * slots)
+        parts[0::slots] = [pre] * n
+        if k and v:
+            parts[1::slots] = fields[0::2]
+            parts[2::slots] = fields[1::2]
+        elif k or v:
+            parts[1::slots] = fields
+        if post:
+            parts[slots - 1 :: slots] = [post] * n
+        return parts
 
 
 def batches_to_canonical(
@@ -319,12 +540,8 @@ def batches_to_canonical(
 ) -> tuple[bytes, int, int] | None:
     """(canonical block, record count, max timestamp µs) of the records from ``min_offset`` on
     (at most ``max_records``) of a Fetch record set, building no Record objects. None when the
-    records there are not dense from ``min_offset`` (compacted topics, transaction markers,
-    compression): the caller then decodes records the ordinary way."""
-    buf = bytes(data)
-    pos = 0
-    end = len(buf)
-    read = _read_varint
+    records there are not dense from ``min_offset`` (compacted topics, transaction markers): the
+    caller then decodes records the ordinary way."""
     parts: list[bytes] = [b""]
     append = parts.append
     pack = CANON_RECORD.pack
@@ -332,119 +549,73 @@ def batches_to_canonical(
     expect = min_offset
     count = 0
     min_ts = max_ts = -1
-    while pos + OVERHEAD + 9 <= end and count < max_records:
-        base_offset, length, _epoch, magic, crc = BATCH_HEAD.unpack_from(buf, pos)
-        stop = pos + OVERHEAD + length
-        if stop > end:
-            break
-        if magic != 2:
-            return None
-        body_start = pos + HEAD_SIZE
-        if crc32c.crc32c(buf[body_start:stop]) != crc:
-            raise KafkaRecordError(f"CRC mismatch in the batch at offset {base_offset}")
-        attrs, last_delta, base_ts, _max, _pid, _pe, _bs, n = BATCH_BODY.unpack_from(
-            buf, body_start
-        )
-        pos = stop
-        if base_offset + last_delta < min_offset:
-            continue
-        if attrs & (CONTROL_FLAG | COMPRESSION_MASK):
-            return None
-        rpos = body_start + BODY_SIZE
-        for _ in range(n):
-            # varints inlined for their one- and two-byte non-negative cases
-            while buf[rpos] >= 0x80:  # the record length: not needed
-                rpos += 1
-            rpos += 2  # its last byte and the attributes
-            b = buf[rpos]
-            if b < 0x80:
-                ts_delta = (b >> 1) ^ -(b & 1)
-                rpos += 1
-            else:
-                ts_delta, rpos = read(buf, rpos)
-            b = buf[rpos]
-            if b < 0x80:
-                off_delta = (b >> 1) ^ -(b & 1)
-                rpos += 1
-            elif buf[rpos + 1] < 0x80:
-                z = (b & 0x7F) | (buf[rpos + 1] << 7)
-                off_delta = (z >> 1) ^ -(z & 1)
-                rpos += 2
-            else:
-                off_delta, rpos = read(buf, rpos)
-            b = buf[rpos]
-            if b < 0x80:
-                klen = (b >> 1) ^ -(b & 1)
-                rpos += 1
-            else:
-                klen, rpos = read(buf, rpos)
-            kstart = rpos
-            if klen > 0:
-                rpos += klen
-            b = buf[rpos]
-            if b < 0x80:
-                vlen = (b >> 1) ^ -(b & 1)
-                rpos += 1
-            elif buf[rpos + 1] < 0x80 and not b & 1:
-                vlen = ((b & 0x7F) | (buf[rpos + 1] << 7)) >> 1
-                rpos += 2
-            else:
-                vlen, rpos = read(buf, rpos)
-            vstart = rpos
-            if vlen > 0:
-                rpos += vlen
-            b = buf[rpos]
-            if b < 0x80:
-                nh = b >> 1
-                rpos += 1
-            else:
-                nh, rpos = read(buf, rpos)
-            ts = (base_ts + ts_delta) * 1000
-            offset = base_offset + off_delta
-            if nh:
-                hparts = []
-                kept = 0
-                for _ in range(nh):
-                    hk, rpos = read(buf, rpos)
-                    name = buf[rpos : rpos + hk]
-                    rpos += hk
-                    hv, rpos = read(buf, rpos)
-                    hval = buf[rpos : rpos + hv] if hv > 0 else b""
-                    if hv > 0:
-                        rpos += hv
-                    if name == b"_gw.us":
-                        ts += int(hval or b"0")
-                        continue
-                    hparts.append(fpack(hk, len(hval)) + name + hval)
-                    kept += 1
-                if offset < min_offset:
-                    continue
-                if offset != expect:
-                    return None
-                append(pack(ts, klen, vlen, kept))
-                if klen > 0:
-                    append(buf[kstart : kstart + klen])
-                if vlen > 0:
-                    append(buf[vstart : vstart + vlen])
-                parts.extend(hparts)
-            else:
-                if offset < min_offset:
-                    continue
-                if offset != expect:
-                    return None
-                if klen > 0:
-                    append(pack(ts, klen, vlen, 0) + buf[kstart : kstart + klen])
-                else:
-                    append(pack(ts, klen, vlen, 0))
-                if vlen > 0:
-                    append(buf[vstart : vstart + vlen])
-            expect += 1
-            if ts > max_ts:
-                max_ts = ts
-            if min_ts < 0 or ts < min_ts:
-                min_ts = ts
-            count += 1
+    try:
+        for base_offset, base_ts, n, rbuf, rpos, rend in _batches(bytes(data), min_offset):
             if count >= max_records:
                 break
+            i = 0
+            fast = n >= MIN_RUN
+            while i < n and count < max_records:
+                if fast:
+                    # a uniform run from record i (then records i.. of the run are skipped or
+                    # taken without a per-record loop)
+                    try:
+                        run = _Run(rbuf, rpos, i, base_ts)
+                    except ValueError:
+                        run = None
+                    m = run.length(rbuf, rpos, rend, i, n - i) if run is not None else 0
+                    if run is None or not m:
+                        fast = False  # the rest of this batch record by record
+                        continue
+                    first = base_offset + i
+                    skip = min_offset - first if first < min_offset else 0
+                    if skip >= m:
+                        rpos += m * run.stride
+                        i += m
+                        continue
+                    if first + skip != expect:
+                        return None
+                    take = min(m - skip, max_records - count)
+                    parts += run.canonical(rbuf, rpos + skip * run.stride, take)
+                    ts = run.ts
+                    if ts > max_ts:
+                        max_ts = ts
+                    if min_ts < 0 or ts < min_ts:
+                        min_ts = ts
+                    count += take
+                    expect += take
+                    rpos += m * run.stride
+                    i += m
+                    continue
+                rpos, ts_delta, off_delta, klen, kstart, vlen, vstart, raw = _read_record(
+                    rbuf, rpos
+                )
+                i += 1
+                offset = base_offset + off_delta
+                if offset < min_offset:
+                    continue
+                if offset != expect:
+                    return None
+                ts = (base_ts + ts_delta) * 1000
+                hparts = []
+                for name, hval in raw:
+                    if name == _US_NAME:
+                        ts += int(hval or b"0")
+                    else:
+                        hparts.append(fpack(len(name), len(hval)) + name + hval)
+                append(pack(ts, klen, vlen, len(hparts)))
+                if klen > 0:
+                    append(rbuf[kstart : kstart + klen])
+                if vlen > 0:
+                    append(rbuf[vstart : vstart + vlen])
+                parts.extend(hparts)
+                expect += 1
+                count += 1
+                if ts > max_ts:
+                    max_ts = ts
+                if min_ts < 0 or ts < min_ts:
+                    min_ts = ts
+    except (IndexError, struct.error) as exc:
+        raise KafkaRecordError(f"truncated record: {exc}") from None
     parts[0] = CANON_HEADER.pack(1, count, min_ts, max_ts)
     return b"".join(parts), count, max_ts
