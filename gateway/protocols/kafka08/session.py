@@ -1,8 +1,14 @@
 """One Kafka 0.8 connection: requests in order -> commands of the model -> responses in order.
 
-Like the 0.8.2 broker, a connection handles one request at a time and answers in request order;
+Like the 0.8.2 broker, a connection answers in request order and executes one request at a time;
 a Produce with acks 0 gets no answer (and a failed one closes the connection, its only error
 signal); an unparseable frame, a bad size or an unknown api key closes the connection.
+
+Produce requests with acks 1/-1 are pipelined (at most ``PRODUCE_PIPELINE``, and the listener's
+``max_in_flight``, at once): the message sets of the next request are read and parsed while the
+previous one is stored, then it is stored, strictly after it. Each answers itself, in order; any
+other request waits until every earlier produce has answered. With a backend across the network
+(Kafka, NATS) this overlaps the gateway's parsing with the backend's round trip.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ if TYPE_CHECKING:
 
 PROTOCOL = "kafka08"
 RECEIVE_BYTES = 256 * 1024
+PRODUCE_PIPELINE = 4
 OFFSET_METADATA_MAX = 4096
 
 UNKNOWN = -1
@@ -122,6 +129,10 @@ class Session:
         }
         self._metrics: dict[tuple[int, str], Any] = {}
         self._latency: dict[int, Any] = {}
+        self._pipeline_depth = max(1, min(PRODUCE_PIPELINE, getattr(self.cfg, "max_in_flight", 1)))
+        self._produces: list[trio.Event] = []  # pipelined produces not yet answered, oldest first
+        self._failure: Exception | None = None
+        self._pipeline_scope: trio.CancelScope | None = None
 
     # ------------------------------------------------------------------ connection loop
     async def run(self, stream: trio.abc.Stream) -> None:
@@ -148,6 +159,19 @@ class Session:
             self._bytes_out.inc(len(data))
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
+        """The request loop beside the pipelined produces; the first failure of either ends the
+        connection and is raised bare (not in an exception group), as the server expects."""
+        async with trio.open_nursery() as pipeline:
+            self._pipeline_scope = pipeline.cancel_scope
+            try:
+                await self._serve_requests(stream, pipeline)
+            except Exception as exc:
+                self._failure = self._failure or exc
+                pipeline.cancel_scope.cancel()
+        if self._failure is not None:
+            raise self._failure
+
+    async def _serve_requests(self, stream: trio.abc.Stream, pipeline: trio.Nursery) -> None:
         """Answer every complete request in the buffer, in order, then read more. Answers to
         pipelined requests go out together, but never wait behind a long-polling Fetch."""
         conn = c.ServerConnection(self.cfg.max_frame_bytes)
@@ -156,18 +180,29 @@ class Session:
         while True:
             try:
                 while (request := conn.next_request()) is not None:
-                    if request.api_key == ApiKey.FETCH:
-                        await self._send(stream, out)
-                    response = await self.handle(request)
-                    if response is not None:
-                        out.append(response)
+                    if (
+                        request.api_key == ApiKey.PRODUCE
+                        and request.body.acks != 0
+                        and self._pipeline_depth > 1
+                    ):
+                        await self._send(stream, out)  # earlier answers go first
+                        await self._pipeline_produce(pipeline, stream, request)
+                    else:
+                        await self._wait_produces(0)  # earlier produces answer first
+                        if request.api_key == ApiKey.FETCH:
+                            await self._send(stream, out)
+                        response = await self.handle(request)
+                        if response is not None:
+                            out.append(response)
                     if self._draining:  # finish the request in hand, start no new one
                         break
             except RemoteProtocolError as exc:
                 protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+                await self._wait_produces(0)
                 await self._send(stream, out)
                 return  # the 0.8 broker closes on anything it cannot parse
             except CloseConnection:
+                await self._wait_produces(0)
                 await self._send(stream, out)
                 return
             await self._send(stream, out)
@@ -188,6 +223,48 @@ class Session:
             self._bytes_in.inc(len(data))
             conn.receive_data(data)
 
+    async def _wait_produces(self, at_most: int) -> None:
+        """Until at most ``at_most`` pipelined produces are unanswered."""
+        while len(self._produces) > at_most:
+            await self._produces[0].wait()
+
+    async def _pipeline_produce(
+        self, pipeline: trio.Nursery, stream: trio.abc.Stream, request: Request
+    ) -> None:
+        await self._wait_produces(self._pipeline_depth - 1)
+        previous = self._produces[-1] if self._produces else None
+        done = trio.Event()
+        self._produces.append(done)
+        pipeline.start_soon(self._produce_in_pipeline, stream, request, previous, done)
+
+    async def _produce_in_pipeline(
+        self,
+        stream: trio.abc.Stream,
+        request: Request,
+        previous: trio.Event | None,
+        done: trio.Event,
+    ) -> None:
+        """Parse now, store after the previous produce, answer right after it answered."""
+        try:
+            start = time.perf_counter()
+            parsed = self._parse_produce(request)
+            if previous is not None:
+                await previous.wait()
+            if self._failure is not None:
+                return
+            body = await self._store_produce(request, parsed)
+            self._observe(request.api_key, start)
+            response = c.ServerConnection.send_response(request, body)
+            await stream.send_all(response)
+            self._bytes_out.inc(len(response))
+        except Exception as exc:
+            self._failure = self._failure or exc
+            if self._pipeline_scope is not None:
+                self._pipeline_scope.cancel()
+        finally:
+            self._produces.remove(done)
+            done.set()
+
     async def handle(self, request: Request) -> bytes | None:
         handler = self._handlers.get(request.api_key)
         if handler is None or (request.api_key == ApiKey.API_VERSIONS and not self.api_versions):
@@ -200,17 +277,19 @@ class Session:
             )
             raise CloseConnection
         start = time.perf_counter()
-        api = request.api_key
         body = await handler(request)
+        self._observe(request.api_key, start)
+        if body is None:
+            return None
+        return c.ServerConnection.send_response(request, body)
+
+    def _observe(self, api: int, start: float) -> None:
         latency = self._latency.get(api)
         if latency is None:
             latency = self._latency[api] = REQUEST_LATENCY.labels(
                 protocol=PROTOCOL, api=API_NAMES[api]
             )
         latency.observe(time.perf_counter() - start)
-        if body is None:
-            return None
-        return c.ServerConnection.send_response(request, body)
 
     def _count(self, api: int, outcome: str) -> None:
         key = (api, outcome)
@@ -232,24 +311,42 @@ class Session:
 
     # ------------------------------------------------------------------ produce
     async def produce(self, request: Request) -> Any:
+        return await self._store_produce(request, self._parse_produce(request))
+
+    def _parse_produce(self, request: Request) -> list[tuple[Any, list[tuple[Any, Any]]]]:
+        """Each topic with its partitions' parsed batches (or the InvalidMessageSet they raised):
+        the CPU part of a produce, done before it is this request's turn to store."""
+        stamp = now_us()
+        parsed = []
+        for t in request.body.topics:
+            partitions = []
+            for p in t.partitions:
+                try:
+                    batch: Any = parse_produce(p.message_set, stamp, self.message_max_bytes)
+                except InvalidMessageSet as exc:
+                    batch = exc
+                partitions.append((p, batch))
+            parsed.append((t, partitions))
+        return parsed
+
+    async def _store_produce(
+        self, request: Request, parsed: list[tuple[Any, list[tuple[Any, Any]]]]
+    ) -> Any:
         body = request.body
         acks = body.acks
         acks_model = Acks.NONE if acks == 0 else Acks.LEADER if acks == 1 else Acks.ALL
-        stamp = now_us()
         topics = []
         failed = False
         execute = self.core.execute
-        for t in body.topics:
+        for t, partitions in parsed:
             results = []
-            for p in t.partitions:
-                try:
-                    batch = parse_produce(p.message_set, stamp, self.message_max_bytes)
-                except InvalidMessageSet as exc:
+            for p, batch in partitions:
+                if isinstance(batch, InvalidMessageSet):
                     protocol_error(
-                        self.log, PROTOCOL, "invalid_message", error=str(exc), topic=t.topic
+                        self.log, PROTOCOL, "invalid_message", error=str(batch), topic=t.topic
                     )
-                    self._count(ApiKey.PRODUCE, str(exc.code))
-                    results.append(c.PRODUCE_RESULT(p.partition, exc.code, -1))
+                    self._count(ApiKey.PRODUCE, str(batch.code))
+                    results.append(c.PRODUCE_RESULT(p.partition, batch.code, -1))
                     failed = True
                     continue
                 try:

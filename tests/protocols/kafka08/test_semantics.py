@@ -40,6 +40,39 @@ def test_pipelined_requests_answered_in_order_and_acks_0_silent(raw: RawClient) 
     assert raw.receive().error == 0
 
 
+def test_pipelined_produces_are_stored_and_answered_in_order(raw: RawClient) -> None:
+    """Produces with acks 1 are parsed ahead while the previous one is stored (PRODUCE_PIPELINE):
+    they must still be stored in request order, answered in order, a bad one must not stop the
+    others, and a request of another kind waits for the produces before it."""
+    topic = new_topic(raw)
+    sizes = [5, 1, 7, 3, 2, 4, 6, 1]
+    bad = bytearray(encode_message_set(records(2)))
+    bad[13] ^= 0xFF  # the first message's CRC
+    wire = []
+    for i, n in enumerate(sizes):
+        data = bytes(bad) if i == 3 else encode_message_set(records(n, size=n))
+        body = c.PRODUCE_REQUEST(1, 1000, [c.PRODUCE_TOPIC(topic, [c.PRODUCE_PARTITION(0, data)])])
+        wire.append(raw.conn.send_request(0, 0, body))
+        if i == 5:
+            latest = c.OFFSETS_TOPIC(topic, [c.OFFSETS_PARTITION(0, -1, 1)])
+            wire.append(raw.conn.send_request(2, 0, c.OFFSETS_REQUEST(-1, [latest])))
+    raw.send_raw(b"".join(wire))
+    expected_next = 0
+    for i, n in enumerate(sizes):
+        [p] = raw.receive().topics[0].partitions  # ClientConnection checks correlation ids
+        if i == 3:
+            assert p.error == 2
+            continue
+        assert (p.error, p.offset) == (0, expected_next)
+        expected_next += n
+        if i == 5:  # the Offsets answer sees every produce before it
+            [o] = raw.receive().topics[0].partitions
+            assert o.offsets == [expected_next]
+    got = decode_message_set(fetch(raw, topic, 0).message_set)
+    stored = [n for i, n in enumerate(sizes) if i != 3]
+    assert [r.value for r in got] == [r.value for n in stored for r in records(n, size=n)]
+
+
 def test_fetch_cut_at_max_bytes_keeps_the_partial_last_message(raw: RawClient) -> None:
     topic = new_topic(raw)
     produce(raw, topic, encode_message_set(records(10)))
