@@ -83,7 +83,7 @@ class BrokerConnection:
         buf = bytearray()
         try:
             while True:
-                data = await stream.receive_some(1 << 18)
+                data = await stream.receive_some(1 << 20)
                 if not data:
                     raise trio.BrokenResourceError("connection closed by the broker")
                 buf += data
@@ -93,7 +93,8 @@ class BrokerConnection:
                         raise trio.BrokenResourceError(f"bad response size {size}")
                     if len(buf) < 4 + size:
                         break
-                    body = bytes(buf[4 : 4 + size])
+                    with memoryview(buf) as view:
+                        body = bytes(view[4 : 4 + size])  # one copy (not a bytearray first)
                     del buf[: 4 + size]
                     (corr,) = CORRELATION.unpack_from(body, 0)
                     slot = self._pending.pop(corr, None)

@@ -137,6 +137,18 @@ def encode_batch(records: Sequence[Record], now_ms: int, base_offset: int = 0) -
     return canonical_to_batch(CANONICAL.encode(records), now_ms, base_offset)[0]
 
 
+_VARINTS: list[bytes] = []
+
+
+def _offset_varints(start: int, stop: int) -> list[bytes]:
+    """varint(i) for start <= i < stop (the first 64Ki kept: offset deltas of batches)."""
+    if len(_VARINTS) < min(stop, 1 << 16):
+        _VARINTS.extend(_varint(i) for i in range(len(_VARINTS), min(stop, 1 << 16)))
+    if stop <= len(_VARINTS):
+        return _VARINTS[start:stop]
+    return _VARINTS[start:] + [_varint(i) for i in range(max(start, len(_VARINTS)), stop)]
+
+
 _HEADS: dict[tuple[int, bytes], list[bytes]] = {}
 _HEADS_MAX = 1 << 16
 
@@ -151,11 +163,8 @@ def _heads(fixed: int, mid: bytes, n: int) -> list[bytes]:
             _HEADS.clear()
         heads = _HEADS[key] = []
     if len(heads) < n:
-        start = len(heads)
-        new = []
-        for i in range(start, n):
-            vi = varint(i)
-            new.append(varint(fixed + len(vi)) + b"\x00\x00" + vi + mid)
+        lengths = [b""] + [varint(fixed + w) for w in range(1, 6)]
+        new = [lengths[len(vi)] + b"\x00\x00" + vi + mid for vi in _offset_varints(len(heads), n)]
         if n <= _HEADS_MAX:
             heads.extend(new)
         else:
