@@ -84,6 +84,33 @@ def test_uniform_runs_transcode_like_the_record_path(slow, key, value, ts, heade
         ]
 
 
+def test_large_records_in_a_uniform_run(slow):
+    records = uniform(20, b"k" * 300, b"v" * 200_000, TS + 42, (("h", b"x" * 5000),))
+    block = CANONICAL.encode(records)
+    v2, _ = canonical_to_batch(block, 0)
+    assert v2 == slow(canonical_to_batch, block, 0)[0]
+    got = batches_to_canonical(v2, 3, 100)
+    assert got == slow(batches_to_canonical, v2, 3, 100)
+    assert got is not None and CANONICAL.decode(got[0], 3) == [
+        r._replace(offset=3 + i) for i, r in enumerate(records[3:])
+    ]
+
+
+@pytest.mark.parametrize("max_bytes", [1, 5_000, 100_000, 250_000])
+def test_canonical_stops_at_max_bytes_like_the_record_path(slow, max_bytes):
+    records = uniform(3000, None, b"v" * 100, TS + 9)
+    data = encode_batch(records, 0, 0)
+    fast = batches_to_canonical(data, 10, 1 << 30, max_bytes)
+    assert fast == slow(batches_to_canonical, data, 10, 1 << 30, max_bytes)
+    assert fast is not None
+    block, n, _ = fast
+    record = 18 + 100  # a canonical record of this shape
+    assert n == max(1, -(-(max_bytes - 21) // record))  # until the block reaches max_bytes
+    assert CANONICAL.decode(block, 10) == [
+        r._replace(offset=10 + i) for i, r in enumerate(records[10 : 10 + n])
+    ]
+
+
 def test_negative_timestamps_take_now():
     records = [Record(None, b"v", (), -1)] * 40
     v2, _ = canonical_to_batch(CANONICAL.encode(records), now_ms=1234)

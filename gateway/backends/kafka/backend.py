@@ -618,11 +618,11 @@ class KafkaBackend(Backend):
         """One Fetch. The records come back as one canonical block (no per-record objects,
         what the embedded log returns), or decoded when not dense (compaction, transactions)."""
         data, hw, start = await self._fetch_raw(topic, partition, offset, max_bytes)
-        batch = self._batch_from(topic, partition, data, offset, max_records)
+        batch = self._batch_from(topic, partition, data, offset, max_records, max_bytes)
         if batch is None and offset < hw and max_bytes < (1 << 20):
             # the first batch is larger than max_bytes and the broker sent a partial one
             data, hw, start = await self._fetch_raw(topic, partition, offset, 1 << 24)
-            batch = self._batch_from(topic, partition, data, offset, max_records)
+            batch = self._batch_from(topic, partition, data, offset, max_records, 1 << 24)
         if batch is None:
             if start >= 0 and offset < start or offset > hw:
                 raise GatewayError(
@@ -638,10 +638,18 @@ class KafkaBackend(Backend):
         return [batch]
 
     def _batch_from(
-        self, topic: str, partition: int, data: bytes, offset: int, max_records: int
+        self,
+        topic: str,
+        partition: int,
+        data: bytes,
+        offset: int,
+        max_records: int,
+        max_bytes: int = 1 << 62,
     ) -> RecordBatch | None:
+        """The records from ``offset`` in a Fetch answer; a canonical block stops converting at
+        ``max_bytes`` (the broker sends whole batches beyond it, which the reader would drop)."""
         try:
-            canonical = batches_to_canonical(data, max(offset, 0), max_records)
+            canonical = batches_to_canonical(data, max(offset, 0), max_records, max_bytes)
             if canonical is not None:
                 block, count, max_ts = canonical
                 if not count:

@@ -468,7 +468,7 @@ def _offset_column(t: int, w: int, start: int, n: int) -> bytes:
 class _Run:
     """The shape of a uniform run, from its first record (see the module docstring)."""
 
-    __slots__ = ("stride", "fmt", "k", "v", "pre", "post", "ts", "checks", "offpos", "w")
+    __slots__ = ("stride", "fmt", "k", "v", "pre", "post", "ts", "checks", "offpos", "w", "size")
 
     def __init__(self, buf: bytes, pos: int, index: int, base_ts: int) -> None:
         end, ts_delta, off_delta, klen, kstart, vlen, vstart, raw = _read_record(buf, pos)
@@ -491,12 +491,15 @@ class _Run:
         self.ts = ts
         self.pre = CANON_RECORD.pack(ts, klen, vlen, len(fields))
         self.post = b"".join(fields)
+        self.size = len(self.pre) + k + v + len(self.post)  # of one canonical record
         # the byte positions that must be equal in every record of the run: all but the offset
-        # delta, the key and the value
-        varying = set(range(self.offpos, self.offpos + self.w))
-        varying.update(range(ko, ko + k))
-        varying.update(range(vo, vo + v))
-        self.checks = [j for j in range(self.stride) if j not in varying]
+        # delta, the key and the value (listed span by span: values may be megabytes)
+        self.checks = [
+            *range(0, self.offpos),
+            *range(self.offpos + self.w, ko),
+            *range(ko + k, vo),
+            *range(vo + v, self.stride),
+        ]
         fmt = ""
         at = 0
         for start, n in ((ko, k), (vo, v)):
@@ -545,26 +548,30 @@ class _Run:
 
 
 def batches_to_canonical(
-    data: bytes | memoryview, min_offset: int, max_records: int
+    data: bytes | memoryview, min_offset: int, max_records: int, max_bytes: int = 1 << 62
 ) -> tuple[bytes, int, int] | None:
     """(canonical block, record count, max timestamp µs) of the records from ``min_offset`` on
-    (at most ``max_records``) of a Fetch record set, building no Record objects. None when the
-    records there are not dense from ``min_offset`` (compacted topics, transaction markers): the
-    caller then decodes records the ordinary way."""
+    (at most ``max_records``, and records only until the block reaches ``max_bytes``: brokers
+    answer whole batches past the Fetch's max bytes, which a reader would not take) of a Fetch
+    record set, building no Record objects. None when the records there are not dense from
+    ``min_offset`` (compacted topics, transaction markers): the caller then decodes records the
+    ordinary way."""
     parts: list[bytes] = [b""]
     append = parts.append
     pack = CANON_RECORD.pack
     fpack = CANON_FIELD.pack
     expect = min_offset
     count = 0
+    size = CANON_HEADER.size
+    max_bytes = max(max_bytes, size + 1)  # at least one record
     min_ts = max_ts = -1
     try:
         for base_offset, base_ts, n, rbuf, rpos, rend in _batches(bytes(data), min_offset):
-            if count >= max_records:
+            if count >= max_records or size >= max_bytes:
                 break
             i = 0
             fast = n >= MIN_RUN
-            while i < n and count < max_records:
+            while i < n and count < max_records and size < max_bytes:
                 if fast:
                     # a uniform run from record i (then records i.. of the run are skipped or
                     # taken without a per-record loop)
@@ -572,7 +579,12 @@ def batches_to_canonical(
                         run = _Run(rbuf, rpos, i, base_ts)
                     except ValueError:
                         run = None
-                    m = run.length(rbuf, rpos, rend, i, n - i) if run is not None else 0
+                    m = 0
+                    if run is not None:
+                        # check only as far as this read can take
+                        skip = max(0, min_offset - base_offset - i)
+                        want = min(max_records - count, -(-(max_bytes - size) // run.size))
+                        m = run.length(rbuf, rpos, rend, i, min(n - i, skip + max(want, 1)))
                     if run is None or not m:
                         fast = False  # the rest of this batch record by record
                         continue
@@ -585,6 +597,7 @@ def batches_to_canonical(
                     if first + skip != expect:
                         return None
                     take = min(m - skip, max_records - count)
+                    size += take * run.size
                     parts += run.canonical(rbuf, rpos + skip * run.stride, take)
                     ts = run.ts
                     if ts > max_ts:
@@ -618,6 +631,12 @@ def batches_to_canonical(
                 if vlen > 0:
                     append(rbuf[vstart : vstart + vlen])
                 parts.extend(hparts)
+                size += (
+                    _CANON_RSIZE
+                    + (klen if klen > 0 else 0)
+                    + (vlen if vlen > 0 else 0)
+                    + sum(len(h) for h in hparts)
+                )
                 expect += 1
                 count += 1
                 if ts > max_ts:
