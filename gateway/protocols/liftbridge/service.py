@@ -489,7 +489,8 @@ class Service:
                 self._check_writable(first.stream, first.partition, info.partitions)
                 received_ns = time.time_ns()
                 now_us = received_ns // 1000
-                batch = RecordBatch([self._record(r, now_us) for r in run])
+                record = self._record
+                batch = RecordBatch([record(r, now_us) for r in run], max_timestamp_us=now_us)
                 try:
                     result = await self.core.execute(
                         Produce(first.stream, batch, first.partition, acks=Acks.ALL)
@@ -512,15 +513,9 @@ class Service:
                 received_ns,
                 time.time_ns(),
             )
-            frame = encoder.frame
-            NONE = pb.NONE
-            out = [
-                frame(base + k, r.correlationId, r.ackPolicy)
-                for k, r in enumerate(run)
-                if r.ackPolicy != NONE
-            ]
-            if out:
-                respond(out)
+            acks = encoder.frames(base, run, pb.NONE)
+            if acks:
+                respond([acks])
 
     # ------------------------------------------------------------------ subscribe
     async def subscribe_range(self, req: pb.SubscribeRequest) -> tuple[int, int | None, int]:

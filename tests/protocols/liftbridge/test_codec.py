@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 from gateway.protocols.liftbridge.codec import (
+    LOCAL_WINDOW,
     METHODS,
     CallEnded,
     CallError,
@@ -355,3 +356,143 @@ def test_hand_encoded_acks_are_what_protobuf_writes(
     )
     expected = pb.PublishResponse(ack=ack, correlationId=cid).SerializeToString()
     assert enc.frame(offset, cid, policy) == frame_message(expected)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    offsets=st.sampled_from([0, 1, 127, 128, 16383, 16384, 2**21 - 5, 2**21, 2**40]),
+    cids=st.lists(st.text(max_size=150), min_size=1, max_size=12),
+    policies=st.lists(st.sampled_from([0, 1, 2, 7, -1]), min_size=12, max_size=12),
+    stream=st.text(max_size=60),
+)
+def test_acks_of_a_run_are_the_single_acks_joined(
+    offsets: int, cids: list[str], policies: list[int], stream: str
+) -> None:
+    enc = PublishAckEncoder(stream, "subj", "subj.1", "inbox.x", 5, 2**62)
+    run = [
+        pb.PublishRequest(correlationId=cid, ackPolicy=policies[i])  # type: ignore[arg-type]
+        for i, cid in enumerate(cids)
+    ]
+    expected = b"".join(
+        enc.frame(offsets + k, r.correlationId, r.ackPolicy)
+        for k, r in enumerate(run)
+        if r.ackPolicy != pb.NONE
+    )
+    assert enc.frames(offsets, run, pb.NONE) == expected
+    for k, r in enumerate(run):  # and each is what protobuf writes
+        if r.ackPolicy == pb.NONE:
+            continue
+        ack = pb.Ack(
+            stream=stream,
+            partitionSubject="subj",
+            msgSubject="subj.1",
+            offset=offsets + k,
+            ackInbox="inbox.x",
+            correlationId=r.correlationId,
+            ackPolicy=r.ackPolicy,
+            receptionTimestamp=5,
+            commitTimestamp=2**62,
+        )
+        want = pb.PublishResponse(ack=ack, correlationId=r.correlationId).SerializeToString()
+        assert frame_message(want) in expected
+
+
+# ------------------------------------------------------------------------ frames on the wire
+def frames_of(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, stream id, payload) of every frame in ``data``."""
+    out = []
+    pos = 0
+    while pos < len(data):
+        n = int.from_bytes(data[pos : pos + 3], "big")
+        sid = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        out.append((data[pos + 3], data[pos + 4], sid, data[pos + 9 : pos + 9 + n]))
+        pos += 9 + n
+    assert pos == len(data)
+    return out
+
+
+def open_publish_async(n: int) -> tuple[GrpcConnection, GrpcConnection, int, list]:
+    client, server = pair()
+    sid = client.start_call("PublishAsync")
+    for i in range(n):
+        client.send_message(sid, pb.PublishRequest(stream="s", value=b"v", correlationId=str(i)))
+    events = server.receive_data(client.data_to_send())
+    got = [m for e in events if isinstance(e, MessageReceived) for m in e.messages]
+    assert len(got) == n
+    return client, server, sid, got
+
+
+def test_messages_queued_between_writes_share_data_frames_in_order() -> None:
+    client, server, sid, got = open_publish_async(600)
+    enc = PublishAckEncoder("s", "s", "s", "inbox", 1, 2)
+    for k, req in enumerate(got):  # one send per ack, as a run of one would
+        server.send_raw(sid, enc.frames(k, [req], pb.NONE))
+    out = server.data_to_send()
+    data = [f for f in frames_of(out) if f[0] == 0 and f[2] == sid]
+    assert 1 < len(data) < 20  # 600 acks of ~40 bytes: a few 16 KiB frames, not 600
+    assert all(len(f[3]) <= 16384 for f in data)
+    events = client.receive_data(out)
+    acks = [m for e in events if isinstance(e, MessageReceived) for m in e.messages]
+    assert [(a.ack.offset, a.correlationId) for a in acks] == [(k, str(k)) for k in range(600)]
+    assert server.data_to_send() == b""  # nothing is sent twice
+
+
+def test_blocked_output_waits_for_window_updates_taken_on_the_fast_path() -> None:
+    client, server = pair()
+    sid = client.start_call("Subscribe")
+    client.send_message(sid, pb.SubscribeRequest(stream="s"))
+    client.end_call(sid)
+    server.receive_data(client.data_to_send())
+    size = LOCAL_WINDOW + 1_000_000
+    server.send_message(sid, pb.Message(value=b"x" * size))
+    first = server.data_to_send()
+    sent = sum(len(f[3]) for f in frames_of(first) if f[0] == 0)
+    assert sent == LOCAL_WINDOW and server.pending_bytes(sid) > 0  # the client's windows
+    assert server.data_to_send() == b""  # still blocked
+    h2c = server._h2
+    before = (h2c.outbound_flow_control_window, h2c.streams[sid].outbound_flow_control_window)
+    # the stream's window first: the connection's is still closed, nothing moves
+    assert server.receive_data(frame(8, 0, sid, (50_000).to_bytes(4, "big"))) == []
+    assert server.data_to_send() == b""
+    assert server.receive_data(frame(8, 0, 0, (70_000).to_bytes(4, "big"))) == []
+    assert (h2c.outbound_flow_control_window, h2c.streams[sid].outbound_flow_control_window) == (
+        before[0] + 70_000,
+        before[1] + 50_000,
+    )
+    more = server.data_to_send()
+    assert sum(len(f[3]) for f in frames_of(more) if f[0] == 0) == 50_000
+    events = client.receive_data(first + more)
+    assert not any(isinstance(e, MessageReceived) for e in events)
+    server.receive_data(
+        frame(8, 0, sid, (2_000_000).to_bytes(4, "big"))
+        + frame(8, 0, 0, (2_000_000).to_bytes(4, "big"))
+    )
+    events = client.receive_data(server.data_to_send())
+    assert [len(m.value) for e in events if isinstance(e, MessageReceived) for m in e.messages] == [
+        size
+    ]
+    assert server.pending_bytes(sid) == 0
+
+
+def test_window_updates_h2_must_judge_still_reach_it() -> None:
+    client, server, sid, _ = open_publish_async(1)
+    # on a stream that was never opened: h2's connection error, with a GOAWAY
+    with pytest.raises(RemoteProtocolError):
+        server.receive_data(frame(8, 0, 99, (10).to_bytes(4, "big")))
+    assert b"\x07" in server.data_to_send()[3:4]
+
+    client, server, sid, _ = open_publish_async(1)
+    # a zero increment: h2's protocol error
+    with pytest.raises(RemoteProtocolError):
+        server.receive_data(frame(8, 0, 0, (0).to_bytes(4, "big")))
+
+    client, server, sid, _ = open_publish_async(1)
+    # the connection window beyond 2^31-1: FLOW_CONTROL_ERROR
+    with pytest.raises(RemoteProtocolError):
+        server.receive_data(frame(8, 0, 0, (2**31 - 1).to_bytes(4, "big")))
+
+    client, server, sid, _ = open_publish_async(1)
+    # a closed stream: ignored
+    server.send_trailers(sid, Status.OK)
+    client.receive_data(server.data_to_send())
+    assert server.receive_data(frame(8, 0, sid, (10).to_bytes(4, "big"))) == []
