@@ -351,7 +351,8 @@ class GrpcConnection:
         )
         self._h2 = h2.connection.H2Connection(config=config)
         self._streams: dict[int, _Stream] = {}
-        self._closed = False
+        self._closed = False  # h2 is closed (the peer's GOAWAY, a protocol error)
+        self._goaway_sent = False  # our GOAWAY (drain)
         self._out_extra = b""
         self._inbuf = bytearray()
         self._broken = False
@@ -394,10 +395,17 @@ class GrpcConnection:
         return self._h2.data_to_send()
 
     def goaway(self, error_code: int = 0) -> None:
-        """Tell the peer we take no new calls (drain); in-flight calls go on."""
-        if not self._closed:
-            self._h2.close_connection(error_code=error_code)
-            self._closed = True
+        """Tell the peer we take no new calls (drain); in-flight calls go on.
+
+        The GOAWAY frame is written here, not by h2: h2 moves to its CLOSED state when it sends
+        one and refuses every later frame, so the calls in progress could not send their
+        messages and trailers, while RFC 7540 6.8 lets them finish. h2 stays open for them."""
+        if not self._closed and not self._goaway_sent:
+            self._goaway_sent = True
+            last = self._h2.highest_inbound_stream_id or 0
+            self._out_extra += self._h2.data_to_send() + _GOAWAY.pack(
+                0, 8, 0x07, 0, 0, last & 0x7FFFFFFF, error_code
+            )
 
     def ping(self, payload: bytes = b"gateway!") -> None:
         """Queue a PING (keepalive; the peer answers with an ACK)."""
@@ -469,6 +477,19 @@ class GrpcConnection:
                 ):
                     pos += 13
                     continue
+            elif kind == 7 and length >= 8 and not self._closed:
+                if buf[pos + 5] | buf[pos + 6] | buf[pos + 7] | buf[pos + 8] == 0:
+                    # the peer's GOAWAY, kept from h2 for the same reason as in goaway(): h2
+                    # would refuse the frames of the calls still in progress, both ways
+                    if run >= 0:
+                        out += self._h2_feed(bytes(buf[run:pos]))
+                        run = -1
+                    if not self._closed:
+                        last = int.from_bytes(buf[pos + 9 : pos + 13], "big") & 0x7FFFFFFF
+                        code = int.from_bytes(buf[pos + 13 : pos + 17], "big")
+                        out.append(ConnectionClosed(code, last))
+                        pos += 9 + length
+                        continue
             if run < 0:
                 run = pos
             pos += 9 + length
@@ -889,6 +910,7 @@ def _window_update(stream_id: int, increment: int) -> bytes:
 
 
 _WINDOW_UPDATE = struct.Struct(">HBBBII")  # 24-bit length as H+B, type, flags, stream, increment
+_GOAWAY = struct.Struct(">HBBBIII")  # length, type, flags, stream 0, last stream id, error code
 
 
 def _status_of(headers: tuple[tuple[bytes, bytes], ...]) -> tuple[int, str]:

@@ -22,6 +22,7 @@ from gateway.protocols.liftbridge.codec import (
     CallError,
     CallReset,
     CallStarted,
+    ConnectionClosed,
     GrpcConnection,
     HalfClosed,
     MessageReceived,
@@ -496,3 +497,38 @@ def test_window_updates_h2_must_judge_still_reach_it() -> None:
     server.send_trailers(sid, Status.OK)
     client.receive_data(server.data_to_send())
     assert server.receive_data(frame(8, 0, sid, (10).to_bytes(4, "big"))) == []
+
+
+def test_calls_in_progress_finish_after_our_goaway() -> None:
+    client, server, sid, got = open_publish_async(3)
+    server.send_message(sid, pb.PublishResponse(correlationId="0"))
+    server.goaway()
+    server.send_message(sid, pb.PublishResponse(correlationId="1"))
+    server.send_trailers(sid, Status.UNAVAILABLE, "server is shutting down")
+    out = server.data_to_send()
+    kinds = [(f[0], f[2]) for f in frames_of(out)]
+    goaway = next(f for f in frames_of(out) if f[0] == 7)
+    assert int.from_bytes(goaway[3][:4], "big") == sid  # the last stream we took
+    assert int.from_bytes(goaway[3][4:8], "big") == 0
+    # headers, GOAWAY, both messages in one DATA frame, the trailers
+    assert kinds == [(1, sid), (7, 0), (0, sid), (1, sid)]
+    events = client.receive_data(out)
+    ids = [m.correlationId for e in events if isinstance(e, MessageReceived) for m in e.messages]
+    assert ids == ["0", "1"]
+    ended = [e for e in events if isinstance(e, CallEnded)]
+    assert ended == [CallEnded(sid, Status.UNAVAILABLE, "server is shutting down")]
+    server.goaway()  # once only
+    assert all(f[0] != 7 for f in frames_of(server.data_to_send()))
+
+
+def test_the_peers_goaway_leaves_calls_in_progress_open() -> None:
+    client, server, sid, _ = open_publish_async(2)
+    events = server.receive_data(frame(7, 0, 0, sid.to_bytes(4, "big") + bytes(4)))
+    assert events == [ConnectionClosed(0, sid)]
+    server.send_message(sid, pb.PublishResponse(correlationId="0"))
+    server.send_trailers(sid, Status.OK)
+    back = client.receive_data(server.data_to_send())
+    assert [type(e) for e in back] == [ResponseStarted, MessageReceived, CallEnded]
+    # a GOAWAY on a stream is still h2's connection error
+    with pytest.raises(RemoteProtocolError):
+        server.receive_data(frame(7, 0, 1, bytes(8)))

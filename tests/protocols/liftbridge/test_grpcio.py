@@ -399,6 +399,9 @@ def test_sigterm_ends_subscriptions_with_unavailable_and_exits_0(tmp_path: Path)
             with pytest.raises(grpc.RpcError) as info:
                 next(it)
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+            # the call's own trailers after the GOAWAY, not a dropped socket
+            assert info.value.details() == "server is shutting down"
+    assert "connection_failed" not in gw.log_text()
 
 
 def test_a_quiet_subscription_outlives_the_listener_timeouts(tmp_path: Path) -> None:
