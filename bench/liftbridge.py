@@ -56,12 +56,15 @@ sub = ch.unary_stream("/proto.API/Subscribe",
                       request_serializer=pb.SubscribeRequest.SerializeToString,
                       response_deserializer=pb.Message.FromString)
 out = {}
+print("ready", flush=True); sys.stdin.readline()
 t0 = time.perf_counter()
 acks = sum(1 for r in pa(pb.PublishRequest(stream=stream, value=value, correlationId=str(i))
                          for i in range(n)) if r.ack.offset >= 0 and not r.HasField("asyncError"))
 out["publish_s"] = time.perf_counter() - t0
 assert acks == n, acks
-print("published", flush=True); sys.stdin.readline()
+print("published", flush=True)
+if sys.stdin.readline().strip() == "stop":
+    print(json.dumps(out), flush=True); sys.exit()
 t0 = time.perf_counter()
 call = sub(pb.SubscribeRequest(stream=stream, startPosition=pb.EARLIEST))
 got = -1
@@ -72,6 +75,34 @@ for m in call:
 call.cancel()
 out["subscribe_s"] = time.perf_counter() - t0
 print(json.dumps(out), flush=True)
+"""
+
+# The ceiling of that client on this machine: a gRPC server that stores nothing (the codec on a
+# blocking socket, one fixed ack per request), so the client is all that limits the rate.
+NOOP_SERVER = r"""
+import socket, sys
+sys.path.insert(0, sys.argv[1])
+from gateway.protocols.liftbridge import codec as c
+from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
+ack = c.frame_message(pb.PublishResponse(ack=pb.Ack(stream="noop", offset=1, correlationId="1"))
+                      .SerializeToString())
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(8)
+print(ls.getsockname()[1], flush=True)
+while True:
+    s, _ = ls.accept()
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn = c.GrpcConnection(); conn.initiate(); s.sendall(conn.data_to_send())
+    try:
+        while d := s.recv(256 * 1024):
+            for ev in conn.receive_data(d):
+                if type(ev) is c.MessageReceived:
+                    conn.send_raw(ev.stream_id, ack * len(ev.messages))
+                elif type(ev) is c.HalfClosed:
+                    conn.send_trailers(ev.stream_id, 0, "")
+            s.sendall(conn.data_to_send())
+    except (OSError, c.RemoteProtocolError):
+        pass
+    s.close()
 """
 
 
@@ -112,20 +143,59 @@ def grpcio_phases(gw_pid: int, port: int, n: int) -> dict:
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
-    cpu0 = cpu_seconds(gw_pid)
+    if proc.stdout.readline().strip() != "ready":
+        sys.exit("grpcio client failed")
+    cpu0, client0 = cpu_seconds(gw_pid), cpu_seconds(proc.pid)
+    proc.stdin.write("\n")
+    proc.stdin.flush()
     if proc.stdout.readline().strip() != "published":
         sys.exit("grpcio client failed")
     publish_cpu = cpu_seconds(gw_pid) - cpu0
-    cpu0 = cpu_seconds(gw_pid)
+    publish_client = cpu_seconds(proc.pid) - client0
+    cpu0, client0 = cpu_seconds(gw_pid), cpu_seconds(proc.pid)
     proc.stdin.write("\n")
     proc.stdin.flush()
     times = json.loads(proc.stdout.readline())
     subscribe_cpu = cpu_seconds(gw_pid) - cpu0
+    subscribe_client = cpu_seconds(proc.pid) - client0
     proc.wait(60)
     return {
-        "publish": (n / times["publish_s"], n / publish_cpu),
-        "subscribe": (n / times["subscribe_s"], n / subscribe_cpu),
+        "publish": (n / times["publish_s"], n / publish_cpu, publish_client / n),
+        "subscribe": (n / times["subscribe_s"], n / subscribe_cpu, subscribe_client / n),
     }
+
+
+def grpcio_ceiling(n: int) -> tuple[float, float]:
+    """The grpcio client's publish phase against NOOP_SERVER: (messages/s, client CPU-s per
+    message)."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", NOOP_SERVER, str(ROOT)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        proc = subprocess.Popen(
+            [sys.executable, "-c", GRPCIO_CLIENT, str(ROOT), str(port), str(n), "noop",
+             str(VALUE_BYTES)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            sys.exit("grpcio client failed")
+        client0 = cpu_seconds(proc.pid)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        if proc.stdout.readline().strip() != "published":
+            sys.exit("grpcio client failed against the no-op server")
+        client = cpu_seconds(proc.pid) - client0
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+        times = json.loads(proc.stdout.readline())
+        proc.wait(60)
+        return n / times["publish_s"], client / n
+    finally:
+        server.kill()
+        server.wait()
 
 
 async def codec_phases(gw_pid: int, port: int, n: int) -> dict:
@@ -139,7 +209,7 @@ async def codec_phases(gw_pid: int, port: int, n: int) -> dict:
         acks = await lb.publish_async(reqs)
         seconds = time.perf_counter() - t0
         assert len(acks) == n and acks[-1].ack.offset == n - 1
-        out["publish"] = (n / seconds, n / (cpu_seconds(gw_pid) - cpu0))
+        out["publish"] = (n / seconds, n / (cpu_seconds(gw_pid) - cpu0), None)
         cpu0 = cpu_seconds(gw_pid)
         t0 = time.perf_counter()
         got = 0
@@ -148,7 +218,7 @@ async def codec_phases(gw_pid: int, port: int, n: int) -> dict:
             if got == n:
                 break
         seconds = time.perf_counter() - t0
-        out["subscribe"] = (n / seconds, n / (cpu_seconds(gw_pid) - cpu0))
+        out["subscribe"] = (n / seconds, n / (cpu_seconds(gw_pid) - cpu0), None)
     return out
 
 
@@ -254,12 +324,14 @@ def main() -> None:
                 "baseline_messages_per_cpu_s": round(base_cpu),
             }
             for client, phases in listener.items():
-                rate, per_cpu = phases[phase]
+                rate, per_cpu, client_cpu = phases[phase]
                 entry[client] = {
                     "messages_per_s": round(rate),
                     "ratio_to_baseline": round(rate / base_rate, 3),
                     "gateway_messages_per_cpu_s": round(per_cpu),
                 }
+                if client_cpu is not None:
+                    entry[client]["client_cpu_us_per_message"] = round(client_cpu * 1e6, 1)
                 verdict = "met" if rate >= TARGET_PUBLISH else "MISSED"
                 if phase == "publish":
                     entry[client]["meets_target"] = rate >= TARGET_PUBLISH
@@ -268,9 +340,21 @@ def main() -> None:
                     f"baseline {base_rate:>9,.0f} msg/s   ratio {rate / base_rate:.2f}   "
                     f"| per gateway CPU-s {per_cpu:>9,.0f} (baseline {base_cpu:,.0f})"
                     + (f"   target {TARGET_PUBLISH:,} {verdict}" if phase == "publish" else "")
+                    + (f"   client CPU {client_cpu * 1e6:.0f} us/msg" if client_cpu else "")
                 )
             run[phase] = entry
         results["runs"][backend] = run
+    rate, client_cpu = grpcio_ceiling(n)
+    results["grpcio_client_ceiling"] = {
+        "what": "the grpcio client's publish phase against a gRPC server that stores nothing "
+        "(codec on a blocking socket, fixed acks): the most that client reaches here",
+        "messages_per_s": round(rate),
+        "client_cpu_us_per_message": round(client_cpu * 1e6, 1),
+    }
+    print(
+        f"grpcio client against a no-op server (its ceiling here): {rate:>9,.0f} msg/s published"
+        f"   client CPU {client_cpu * 1e6:.0f} us/msg"
+    )
     out = ROOT / "bench" / "results" / "liftbridge.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
