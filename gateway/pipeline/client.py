@@ -222,6 +222,19 @@ class GatewayClient:
         into: Columns | None = None,
     ) -> tuple[Columns, int, int]:
         """Like :meth:`fetch` over the binary format, decoded into (appended to) columns."""
+        data = self.fetch_binary(topic, partition, offset, max_records, max_bytes, max_wait_ms)
+        return decode_binary_fetch(data, into)
+
+    def fetch_binary(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int = 10_000,
+        max_bytes: int = 4 << 20,
+        max_wait_ms: int = 0,
+    ) -> bytes:
+        """The raw ``format=binary`` answer (see :func:`decode_binary_fetch` for its layout)."""
         path = (
             f"{self._topic_path(topic)}/records?partition={partition}&offset={offset}"
             f"&max={max_records}&max_bytes={max_bytes}&max_wait_ms={max_wait_ms}&format=binary"
@@ -229,7 +242,7 @@ class GatewayClient:
         status, ctype, data = self._raw("GET", path)
         if status >= 400 or not ctype.startswith("application/octet-stream"):
             self._raise_for(status, data)
-        return decode_binary_fetch(data, into)
+        return data
 
     def produce_batch(
         self, topic: str, records: Sequence[Record], partition: int | None = None

@@ -156,7 +156,8 @@ def arrow_schema() -> Any:
 
 
 def columns_to_arrow(cols: Any, topic: str, partition: int, schema: Any) -> Any:
-    """A pyarrow RecordBatch from :class:`gateway.pipeline.client.Columns`."""
+    """A pyarrow RecordBatch from :class:`gateway.pipeline.client.Columns` (built value by value:
+    the reference that tests hold ``gateway.pipeline.columnar``'s decoder to)."""
     from itertools import accumulate
 
     import pyarrow as pa
@@ -189,8 +190,10 @@ def columns_to_arrow(cols: Any, topic: str, partition: int, schema: Any) -> Any:
 
 def read_range(opts: ReaderOptions, part: OffsetRange) -> Iterator[Any]:
     """Yield pyarrow RecordBatches holding exactly the records [start, end) of the partition
-    (fewer only when records were deleted and failOnDataLoss is false)."""
+    (fewer only when records were deleted and failOnDataLoss is false), one per page, decoded
+    column-wise from the binary format (``gateway/pipeline/columnar.py``)."""
     from gateway.pipeline.client import GatewayClient, GatewayClientError
+    from gateway.pipeline.columnar import decode_fetch_arrow
 
     schema = arrow_schema()
     offset, end = part.start, part.end
@@ -198,7 +201,7 @@ def read_range(opts: ReaderOptions, part: OffsetRange) -> Iterator[Any]:
         while offset < end:
             want = min(opts.fetch_max_records, end - offset)
             try:
-                cols, hw, lso = client.fetch_columns(
+                data = client.fetch_binary(
                     part.topic, part.partition, offset, want, opts.fetch_max_bytes
                 )
             except GatewayClientError as exc:
@@ -217,23 +220,25 @@ def read_range(opts: ReaderOptions, part: OffsetRange) -> Iterator[Any]:
                     ) from exc
                 offset = lso
                 continue
-            if not cols.offsets:
-                if hw <= offset:
+            page = decode_fetch_arrow(data, part.topic, part.partition, end, schema)
+            if page.first_offset < 0:
+                if page.high_watermark <= offset:
                     # The log is shorter than planned (truncated or recreated).
                     if opts.fail_on_data_loss:
                         raise DataLossError(
                             f"{part.topic}/{part.partition}: expected records up to {end}, "
-                            f"the log ends at {hw}"
+                            f"the log ends at {page.high_watermark}"
                         )
                     return
                 continue
-            if cols.offsets[0] != offset and opts.fail_on_data_loss:
+            if page.first_offset != offset and opts.fail_on_data_loss:
                 raise DataLossError(
-                    f"{part.topic}/{part.partition}: asked for {offset}, got {cols.offsets[0]}"
+                    f"{part.topic}/{part.partition}: asked for {offset}, got {page.first_offset}"
                 )
-            cols.truncate(end - cols.offsets[0])
-            yield columns_to_arrow(cols, part.topic, part.partition, schema)
-            offset = cols.offsets[-1] + 1
+            if page.batch is None:  # the next record is past the range
+                return
+            yield page.batch
+            offset = page.last_offset + 1
 
 
 class GatewayReader(DataSourceReader):
