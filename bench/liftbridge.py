@@ -78,9 +78,10 @@ print(json.dumps(out), flush=True)
 """
 
 # The ceiling of that client on this machine: a gRPC server that stores nothing (the codec on a
-# blocking socket, one fixed ack per request), so the client is all that limits the rate.
+# blocking socket, one fixed ack per request, the acks of everything that arrived within half a
+# millisecond in one write), so the client is all that limits the rate.
 NOOP_SERVER = r"""
-import socket, sys
+import socket, sys, time
 sys.path.insert(0, sys.argv[1])
 from gateway.protocols.liftbridge import codec as c
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
@@ -94,6 +95,14 @@ while True:
     conn = c.GrpcConnection(); conn.initiate(); s.sendall(conn.data_to_send())
     try:
         while d := s.recv(256 * 1024):
+            time.sleep(0.0005)
+            s.setblocking(False)
+            try:
+                while more := s.recv(256 * 1024):
+                    d += more
+            except BlockingIOError:
+                pass
+            s.setblocking(True)
             for ev in conn.receive_data(d):
                 if type(ev) is c.MessageReceived:
                     conn.send_raw(ev.stream_id, ack * len(ev.messages))
@@ -344,7 +353,7 @@ def main() -> None:
                 )
             run[phase] = entry
         results["runs"][backend] = run
-    rate, client_cpu = grpcio_ceiling(n)
+    rate, client_cpu = max(grpcio_ceiling(n) for _ in range(2))  # the better of two runs
     results["grpcio_client_ceiling"] = {
         "what": "the grpcio client's publish phase against a gRPC server that stores nothing "
         "(codec on a blocking socket, fixed acks): the most that client reaches here",
