@@ -532,3 +532,23 @@ def test_the_peers_goaway_leaves_calls_in_progress_open() -> None:
     # a GOAWAY on a stream is still h2's connection error
     with pytest.raises(RemoteProtocolError):
         server.receive_data(frame(7, 0, 1, bytes(8)))
+
+
+def test_data_frames_written_by_the_codec_keep_h2s_accounting_and_order() -> None:
+    client, server, sid, got = open_publish_async(2)
+    h2c = server._h2
+    before = (h2c.outbound_flow_control_window, h2c.streams[sid].outbound_flow_control_window)
+    server.send_message(sid, pb.PublishResponse(correlationId="0"))
+    server.ping()  # queued by h2 between our frames
+    server.send_message(sid, pb.PublishResponse(correlationId="1"))
+    server.send_trailers(sid, Status.OK)
+    out = server.data_to_send()
+    frames = frames_of(out)
+    sent = sum(len(f[3]) for f in frames if f[0] == 0)
+    assert sent == 2 * len(frame_message(pb.PublishResponse(correlationId="0").SerializeToString()))
+    assert h2c.outbound_flow_control_window == before[0] - sent
+    # headers, then the PING h2 queued, then both messages in one frame, then the trailers
+    assert [(f[0], f[2]) for f in frames] == [(1, sid), (6, 0), (0, sid), (1, sid)]
+    events = client.receive_data(out)
+    ids = [m.correlationId for e in events if isinstance(e, MessageReceived) for m in e.messages]
+    assert ids == ["0", "1"] and isinstance(events[-1], CallEnded)
