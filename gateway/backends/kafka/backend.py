@@ -77,6 +77,8 @@ API_NAMES = {
 REQUIRED_APIS = (0, 1, 2, 3)
 OFFSETS_NS = "offsets"
 FRESH_S = 0.02
+AHEAD_S = 0.5  # read-ahead state older than this is not used
+AHEAD_MAX = 64  # partitions with read-ahead state, at most
 TOPIC_CONFIG_KEYS = {"retention_ms": "retention.ms", "retention_bytes": "retention.bytes"}
 
 _RETRIABLE_KAFKA = {
@@ -141,6 +143,21 @@ class KafkaConfig:
 
 
 @dataclass
+class _Ahead:
+    """Read-ahead state of one partition (see ``KafkaBackend.read``): the canonical batch last
+    served from (its records past the client's cut are served from it) and the Fetch already
+    sent for the offset after it."""
+
+    last: RecordBatch  # canonical, from the last Fetch answer used
+    at: float  # when that answer arrived
+    next_offset: int  # where the read-ahead Fetch starts (last.last_offset + 1)
+    done: trio.Event
+    max_bytes: int = 1 << 20
+    result: tuple[bytes, int, int] | None = None  # its (record set, high watermark, log start)
+    result_at: float = 0.0
+
+
+@dataclass
 class _TopicMeta:
     info: TopicInfo
     leaders: list[int]
@@ -179,6 +196,7 @@ class KafkaBackend(Backend):
         # (log start, high watermark, when) from the last Fetch answer: a Fetch right after a
         # read (the core asks for the high watermark of every fetch result) needs no round trip
         self._fresh: dict[tuple[str, int], tuple[int, int, float]] = {}
+        self._ahead: dict[tuple[str, int], _Ahead] = {}
         self._timeout = config.request_timeout_ms / 1000
 
     # ------------------------------------------------------------------ lifecycle
@@ -333,6 +351,7 @@ class KafkaBackend(Backend):
         self, name: str, partition: int, err: Any, what: str
     ) -> GatewayError:
         e = KErr(int(err))
+        self._forget_ahead(name)
         if e is KErr.unknown_topic_or_partition:
             try:
                 await self._topic_meta(name, partition, fresh=True)
@@ -390,6 +409,7 @@ class KafkaBackend(Backend):
             if int(t.error_code):
                 raise kafka_error(t.error_code, f"creating topic {name}")
         self._topics.pop(name, None)
+        self._forget_ahead(name)
         # wait until the metadata shows leaders for every partition
         with trio.move_on_after(self._timeout):
             while True:
@@ -420,6 +440,7 @@ class KafkaBackend(Backend):
             if int(r.error_code):
                 raise kafka_error(r.error_code, f"deleting topic {name}")
         self._topics.pop(name, None)
+        self._forget_ahead(name)
         self._topic_configs.pop(name, None)
         # wait until it is gone from the metadata
         with trio.move_on_after(self._timeout):
@@ -616,13 +637,32 @@ class KafkaBackend(Backend):
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> list[RecordBatch]:
         """One Fetch. The records come back as one canonical block (no per-record objects,
-        what the embedded log returns), or decoded when not dense (compaction, transactions)."""
+        what the embedded log returns), or decoded when not dense (compaction, transactions).
+
+        Read-ahead, for a consumer catching up: when an answer ends below the high watermark,
+        the Fetch for the offset after it is sent at once, in the background, so the broker's
+        work and the round trip overlap with the consumer handling this answer. A read from
+        inside the last answer (a Kafka 0.8 client cuts answers at its max bytes, in other
+        units than v2 records) gets the rest of that answer plus the read-ahead one. Offsets
+        below the high watermark never change in Kafka, so these are the records a Fetch would
+        get now; state older than ``AHEAD_S`` is not used, and creating or deleting the topic
+        here, or a partition error, drops it."""
+        ahead = self._ahead.get((topic, partition))
+        if ahead is not None:
+            served = await self._read_from_ahead(
+                ahead, topic, partition, offset, max_records, max_bytes
+            )
+            if served is not None:
+                return served
+            self._ahead.pop((topic, partition), None)
         data, hw, start = await self._fetch_raw(topic, partition, offset, max_bytes)
         batch = self._batch_from(topic, partition, data, offset, max_records, max_bytes)
-        if batch is None and offset < hw and max_bytes < (1 << 20):
-            # the first batch is larger than max_bytes and the broker sent a partial one
-            data, hw, start = await self._fetch_raw(topic, partition, offset, 1 << 24)
-            batch = self._batch_from(topic, partition, data, offset, max_records, 1 << 24)
+        if batch is None and 0 <= offset < hw:
+            # records exist there but none came: the first batch is larger than max_bytes and
+            # the broker sent a partial one, or (Tansu, loaded) its 1 ms wait ran out first
+            room = max(max_bytes, 1 << 24)
+            data, hw, start = await self._fetch_raw(topic, partition, offset, room)
+            batch = self._batch_from(topic, partition, data, offset, max_records, room)
         if batch is None:
             if start >= 0 and offset < start or offset > hw:
                 raise GatewayError(
@@ -635,7 +675,77 @@ class KafkaBackend(Backend):
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
             )
+        if ahead is None:  # not after a miss: two consumers at different offsets would thrash
+            self._read_ahead(topic, partition, batch, hw, max_bytes)
         return [batch]
+
+    async def _read_from_ahead(
+        self,
+        ahead: _Ahead,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+    ) -> list[RecordBatch] | None:
+        """The records from ``offset`` out of the read-ahead state, or None when it does not
+        hold them (the caller then fetches)."""
+        last = ahead.last
+        if trio.current_time() - ahead.at >= AHEAD_S:
+            return None
+        out: list[RecordBatch] = []
+        if last.first_offset <= offset < ahead.next_offset:
+            rest = last.slice(offset, max_records)
+            # enough for this read (a Kafka 0.8 entry is at most ~1.2x a canonical record, so
+            # below this the client takes all of it): the read-ahead answer waits for the next
+            if rest.count >= max_records or rest.size_bytes * 5 >= max_bytes * 4:
+                return [rest]
+            out.append(rest)
+        elif offset != ahead.next_offset:
+            return None
+        await ahead.done.wait()
+        if ahead.result is None or trio.current_time() - ahead.result_at >= AHEAD_S:
+            return out or None
+        data, hw, start = ahead.result
+        left = max_records - sum(b.count for b in out)
+        following = self._batch_from(topic, partition, data, ahead.next_offset, left)
+        if following is None or following.first_offset != ahead.next_offset:
+            return out or None
+        out.append(following)
+        # the core asks for the high watermark next: the one of this answer, as if it had just
+        # arrived (it is at most AHEAD_S old; every Fetch answer is a little)
+        self._fresh[(topic, partition)] = (max(start, 0), hw, trio.current_time())
+        self._ahead.pop((topic, partition), None)
+        self._read_ahead(topic, partition, following, hw, ahead.max_bytes)
+        return out
+
+    def _read_ahead(
+        self, topic: str, partition: int, batch: RecordBatch, hw: int, max_bytes: int
+    ) -> None:
+        """Keep ``batch`` (canonical) and, when the partition has more, fetch what follows it."""
+        following = batch.last_offset + 1
+        if batch.encoded_as(CANONICAL) is None or following >= hw or self._nursery is None:
+            return
+        if len(self._ahead) >= AHEAD_MAX:
+            self._ahead.clear()
+        ahead = _Ahead(batch, trio.current_time(), following, trio.Event(), max_bytes)
+        self._ahead[(topic, partition)] = ahead
+        self._nursery.start_soon(self._fetch_ahead, topic, partition, ahead)
+
+    async def _fetch_ahead(self, topic: str, partition: int, ahead: _Ahead) -> None:
+        try:
+            ahead.result = await self._fetch_raw(
+                topic, partition, ahead.next_offset, ahead.max_bytes
+            )
+            ahead.result_at = trio.current_time()
+        except GatewayError:
+            pass  # the read from there fetches again and reports the error
+        finally:
+            ahead.done.set()
+
+    def _forget_ahead(self, topic: str) -> None:
+        for key in [k for k in self._ahead if k[0] == topic]:
+            del self._ahead[key]
 
     def _batch_from(
         self,
