@@ -277,7 +277,7 @@ async def test_read_ahead_serves_exactly_what_a_fetch_would(nursery):
     from gateway.canonical import CANONICAL
 
     tansu = shared_tansu()
-    b = _backend(tansu.bootstrap)
+    b = _backend(tansu.bootstrap, read_ahead=True)
     await b.open(nursery)
     topic = f"ra-{uuid.uuid4().hex[:6]}"
     await b.create_topic(topic, 1)
