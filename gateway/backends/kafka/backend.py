@@ -590,13 +590,14 @@ class KafkaBackend(Backend):
             raise GatewayError(ErrorCode.CORRUPT_MESSAGE, f"{topic}/{partition}: {exc}") from exc
 
     async def _fetch_raw(
-        self, topic: str, partition: int, offset: int, max_bytes: int
+        self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int = 1
     ) -> tuple[bytes, int, int]:
-        """(the record set, high watermark, log start) of one Fetch."""
+        """(the record set, high watermark, log start) of one Fetch. ``wait_ms``: the broker's
+        max wait (min bytes is 1, so it answers as soon as it has a record)."""
         meta = await self._topic_meta(topic, partition)
         request = fetch_req.FetchRequest(
             replica_id=i32(-1),
-            max_wait=_ms(1),  # Tansu answers a zero wait with no partitions at all
+            max_wait=_ms(wait_ms),  # Tansu answers a zero wait with no partitions at all
             min_bytes=i32(1),
             max_bytes=i32(max(max_bytes, 1)),
             isolation_level=i8(0),
@@ -663,7 +664,7 @@ class KafkaBackend(Backend):
             # records exist there but none came: the first batch is larger than max_bytes and
             # the broker sent a partial one, or (Tansu, loaded) its 1 ms wait ran out first
             room = max(max_bytes, 1 << 24)
-            data, hw, start = await self._fetch_raw(topic, partition, offset, room)
+            data, hw, start = await self._fetch_raw(topic, partition, offset, room, wait_ms=500)
             batch = self._batch_from(topic, partition, data, offset, max_records, room)
         if batch is None:
             if start >= 0 and offset < start or offset > hw:
