@@ -498,8 +498,8 @@ def report(latest: dict, images: list[str]) -> str:
         "# Benchmark report (`make bench`)",
         "",
         f"Run at {latest['started']} UTC on {m['cpus']} CPUs, Python {m['python']}, load average "
-        f"{m['load_average_at_start']} at the start (a shared machine: other engineers' test runs "
-        "were active, so figures are noisy; every ratio compares against a baseline measured by "
+        f"{m['load_average_at_start']} at the start (the load generators, the brokers and the "
+        "gateway share these CPUs; every ratio compares against a baseline measured by "
         f"the same driver in this run). Whole run: {latest['seconds']} s. Embedded backend fsync: "
         f"{latest['embedded_fsync']}.",
         "",
