@@ -144,16 +144,23 @@ async def create_stream(port: int, name: str) -> None:
         await lb.call("CreateStream", pb.CreateStreamRequest(name=name, subject=name))
 
 
-def grpcio_phases(gw_pid: int, port: int, n: int) -> dict:
-    trio.run(create_stream, port, "grpcio")
+def start_grpcio_client(port: int, n: int, stream: str) -> subprocess.Popen[str]:
+    """The grpcio client process, connected and waiting for its go."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", GRPCIO_CLIENT, str(ROOT), str(port), str(n), "grpcio",
+        [sys.executable, "-c", GRPCIO_CLIENT, str(ROOT), str(port), str(n), stream,
          str(VALUE_BYTES)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
     if proc.stdout.readline().strip() != "ready":
         sys.exit("grpcio client failed")
+    return proc
+
+
+def grpcio_phases(gw_pid: int, port: int, n: int) -> dict:
+    trio.run(create_stream, port, "grpcio")
+    proc = start_grpcio_client(port, n, "grpcio")
+    assert proc.stdin is not None and proc.stdout is not None
     cpu0, client0 = cpu_seconds(gw_pid), cpu_seconds(proc.pid)
     proc.stdin.write("\n")
     proc.stdin.flush()
@@ -183,14 +190,8 @@ def grpcio_ceiling(n: int) -> tuple[float, float]:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        proc = subprocess.Popen(
-            [sys.executable, "-c", GRPCIO_CLIENT, str(ROOT), str(port), str(n), "noop",
-             str(VALUE_BYTES)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        proc = start_grpcio_client(port, n, "noop")
         assert proc.stdin is not None and proc.stdout is not None
-        if proc.stdout.readline().strip() != "ready":
-            sys.exit("grpcio client failed")
         client0 = cpu_seconds(proc.pid)
         proc.stdin.write("\n")
         proc.stdin.flush()

@@ -185,17 +185,13 @@ class GatewayClient:
         max_bytes: int = 4 << 20,
         max_wait_ms: int = 0,
     ) -> FetchAnswer:
-        path = (
-            f"{self._topic_path(topic)}/records?partition={partition}&offset={offset}"
-            f"&max={max_records}&max_bytes={max_bytes}&max_wait_ms={max_wait_ms}"
-        )
         if self.wire_format == "binary":
-            status, ctype, data = self._raw("GET", path + "&format=binary")
-            if status >= 400 or not ctype.startswith("application/octet-stream"):
-                self._raise_for(status, data)
+            data = self.fetch_binary(topic, partition, offset, max_records, max_bytes, max_wait_ms)
             cols, hw, lso = decode_binary_fetch(data)
             return FetchAnswer(columns_to_records(cols), hw, lso)
-        obj = self._json("GET", path)
+        obj = self._json(
+            "GET", self._records_path(topic, partition, offset, max_records, max_bytes, max_wait_ms)
+        )
         return FetchAnswer(
             [
                 FetchedRecord(
@@ -235,14 +231,25 @@ class GatewayClient:
         max_wait_ms: int = 0,
     ) -> bytes:
         """The raw ``format=binary`` answer (see :func:`decode_binary_fetch` for its layout)."""
-        path = (
-            f"{self._topic_path(topic)}/records?partition={partition}&offset={offset}"
-            f"&max={max_records}&max_bytes={max_bytes}&max_wait_ms={max_wait_ms}&format=binary"
-        )
-        status, ctype, data = self._raw("GET", path)
+        path = self._records_path(topic, partition, offset, max_records, max_bytes, max_wait_ms)
+        status, ctype, data = self._raw("GET", path + "&format=binary")
         if status >= 400 or not ctype.startswith("application/octet-stream"):
             self._raise_for(status, data)
         return data
+
+    def _records_path(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        max_wait_ms: int,
+    ) -> str:
+        return (
+            f"{self._topic_path(topic)}/records?partition={partition}&offset={offset}"
+            f"&max={max_records}&max_bytes={max_bytes}&max_wait_ms={max_wait_ms}"
+        )
 
     def produce_batch(
         self, topic: str, records: Sequence[Record], partition: int | None = None
