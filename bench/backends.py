@@ -40,29 +40,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import (  # noqa: E402
+    check_fetched,
+    cpu_seconds,
+    gateway_config,
+    gateway_process,
+    kcat_08_commands,
+)
 from tests.backends.servers import NatsServer, TansuServer  # noqa: E402
 
 VALUE_BYTES = 100
-KCAT_08 = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.8.2.2"]
 ROWS = ("nats", "nats-py", "kafka", "librdkafka", "embedded")
 VENV_PY = ROOT / ".test-venvs" / "realbackends" / "bin" / "python"
-
-
-def toml(data: dict) -> str:
-    lines = []
-    for section, body in data.items():
-        items = body.items() if section in ("listeners", "backends") else [(None, body)]
-        for name, table in items:
-            lines.append(f"[{section}.{name}]" if name else f"[{section}]")
-            for k, v in table.items():
-                lines.append(f"{k} = {json.dumps(v)}")
-    return "\n".join(lines) + "\n"
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def gateway_run(
@@ -70,38 +59,10 @@ def gateway_run(
 ) -> dict[str, float]:
     """Records/s of each phase, and the CPU seconds per 1000 records the gateway (and the
     broker behind it, when its pid is given) spent in it: ``<phase> gw cpu ms/krec``."""
-    config = {
-        "server": {"data_dir": str(tmp / "data"), "log_format": "json", "log_level": "warning"},
-        "admin": {"enabled": False},
-        "listeners": {"kafka08": {"host": "127.0.0.1", "port": 0}},
-        "backends": {"default": backend},
-    }
-    (tmp / "gw.toml").write_text(toml(config))
-    with open(tmp / "gw.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "gw.toml")],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=ROOT,
-        )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode()
-        if not line.startswith("listening"):
-            sys.exit(f"gateway did not start: {line!r}\n{(tmp / 'gw.log').read_text()[-3000:]}")
-        port = line.split("kafka08=")[1].split()[0].rsplit(":", 1)[1]
-        bootstrap = f"127.0.0.1:{port}"
+    with gateway_process(gateway_config("kafka08", backend, tmp), tmp) as (proc, ports):
         records = tmp / "records.txt"
         records.write_bytes((b"v" * VALUE_BYTES + b"\n") * n)
-        commands = {
-            "produce": ["kcat", "-b", bootstrap, "-P", "-t", "bench", "-p", "0", *KCAT_08,
-                        "-X", "request.required.acks=1", "-X", "linger.ms=5",
-                        "-X", "batch.num.messages=10000",
-                        "-X", "queue.buffering.max.messages=2000000", "-l", str(records)],
-            "fetch": ["kcat", "-b", bootstrap, "-C", "-t", "bench", "-p", "0", *KCAT_08,
-                      "-o", "beginning", "-c", str(n), "-e", "-q", "-f", "%o\n",
-                      "-X", "fetch.message.max.bytes=1048576"],
-        }  # fmt: skip
+        commands = kcat_08_commands("kcat", f"127.0.0.1:{ports['kafka08']}", "bench", records, n)
         out = {}
         for phase in ("produce", "fetch"):
             cpu0 = cpu_seconds(proc.pid)
@@ -115,14 +76,9 @@ def gateway_run(
             if res.returncode != 0:
                 sys.exit(f"kcat failed ({phase}): {res.stderr[-3000:]!r}")
             if phase == "fetch":
-                offsets = res.stdout.split()
-                if len(offsets) != n or int(offsets[-1]) != n - 1:
-                    sys.exit(f"fetch: got {len(offsets)} of {n} records")
+                check_fetched(res.stdout, n)
             out[phase] = n / seconds
         return out
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 NATS_PY = textwrap.dedent(

@@ -39,6 +39,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import cpu_seconds  # noqa: E402
 from gateway.config import parse_config  # noqa: E402
 from gateway.model import CreateTopic, Fetch, Produce, Record, RecordBatch, now_us  # noqa: E402
 from gateway.protocols.cursus import codec  # noqa: E402
@@ -90,13 +91,6 @@ class Wire:
 def best(runs: list[dict[str, float]]) -> dict[str, float]:
     """Per figure, the best run (highest rate, lowest CPU per message)."""
     return {k: (min if "cpu" in k else max)(r[k] for r in runs) for k in runs[0]}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc): CPU per message does not depend on how
-    busy the machine is the way wall-clock rates do."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def reply_count(body: bytes | bytearray) -> int:

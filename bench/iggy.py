@@ -34,6 +34,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import cpu_seconds  # noqa: E402
 from gateway.config import parse_config  # noqa: E402
 from gateway.model import Fetch, Produce, Record, RecordBatch, now_us  # noqa: E402
 from gateway.protocols.iggy import codec as c  # noqa: E402
@@ -72,13 +73,6 @@ class Wire:
         if status:
             raise RuntimeError(f"Iggy status {status}")
         return self._read(length) if length else b""
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc), to report CPU per message, which a
-    busy machine does not distort the way wall-clock rates are."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_gateway(backend: str, tmp: Path) -> dict[str, float]:

@@ -33,6 +33,13 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import (  # noqa: E402
+    check_fetched,
+    cpu_seconds,
+    gateway_config,
+    gateway_process,
+    kcat_08_commands,
+)
 from gateway.config import parse_config  # noqa: E402
 from gateway.model import CreateTopic, Fetch, Produce, Record, RecordBatch, now_us  # noqa: E402
 from gateway.server import build_backends, build_core  # noqa: E402
@@ -40,8 +47,6 @@ from gateway.server import build_backends, build_core  # noqa: E402
 VALUE_BYTES = 100
 BASELINE_BATCH = 10_000
 TARGETS = {"produce": 150_000, "fetch": 300_000}
-
-KCAT_08 = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.8.2.2"]
 
 
 def kcat() -> str:
@@ -51,64 +56,19 @@ def kcat() -> str:
     return exe
 
 
-def config_for(backend: str, tmp: Path) -> dict:
-    return {
-        "server": {"data_dir": str(tmp / "data"), "log_format": "json", "log_level": "warning"},
-        "admin": {"enabled": False},
-        "listeners": {"kafka08": {"host": "127.0.0.1", "port": 0}},
-        "backends": {"default": {"type": backend}},
-    }
-
-
-def toml(data: dict) -> str:
-    lines = []
-    for section, body in data.items():
-        for name, table in body.items() if section in ("listeners", "backends") else [(None, body)]:
-            lines.append(f"[{section}.{name}]" if name else f"[{section}]")
-            for k, v in table.items():
-                lines.append(f"{k} = {json.dumps(v)}")
-    return "\n".join(lines) + "\n"
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_listener(backend: str, n: int, repeat: int) -> tuple[dict, dict]:
     """(records/s of wall time, records per gateway CPU second) per phase, best of ``repeat``."""
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        (tmp / "gw.toml").write_text(toml(config_for(backend, tmp)))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "gw.toml")],
-            stdout=subprocess.PIPE,
-            stderr=open(tmp / "gw.log", "wb"),  # noqa: SIM115
-            cwd=ROOT,
-        )
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline().decode()
-            if not line.startswith("listening"):
-                sys.exit(f"gateway did not start: {line!r}\n{(tmp / 'gw.log').read_text()}")
-            port = line.split("kafka08=")[1].split()[0].rsplit(":", 1)[1]
-            bootstrap = f"127.0.0.1:{port}"
+        config = gateway_config("kafka08", {"type": backend}, tmp)
+        with gateway_process(config, tmp) as (proc, ports):
+            bootstrap = f"127.0.0.1:{ports['kafka08']}"
             records = tmp / "records.txt"
             records.write_bytes((b"v" * VALUE_BYTES + b"\n") * n)
             out: dict[str, float] = {}
             per_cpu: dict[str, float] = {}
             for rep in range(repeat):
-                topic = f"bench-{rep}"
-                commands = {
-                    "produce": [kcat(), "-b", bootstrap, "-P", "-t", topic, "-p", "0", *KCAT_08,
-                                "-X", "request.required.acks=1", "-X", "linger.ms=5",
-                                "-X", "batch.num.messages=10000",
-                                "-X", "queue.buffering.max.messages=2000000", "-l", str(records)],
-                    "fetch": [kcat(), "-b", bootstrap, "-C", "-t", topic, "-p", "0", *KCAT_08,
-                              "-o", "beginning", "-c", str(n), "-e", "-q", "-f", "%o\n",
-                              "-X", "fetch.message.max.bytes=1048576"],
-                }  # fmt: skip
+                commands = kcat_08_commands(kcat(), bootstrap, f"bench-{rep}", records, n)
                 for phase in ("produce", "fetch"):
                     cpu0 = cpu_seconds(proc.pid)
                     t0 = time.perf_counter()
@@ -117,16 +77,11 @@ def run_listener(backend: str, n: int, repeat: int) -> tuple[dict, dict]:
                     if res.returncode != 0:
                         sys.exit(f"kcat failed ({phase}): {res.stderr[-3000:]!r}")
                     if phase == "fetch":
-                        offsets = res.stdout.split()
-                        if len(offsets) != n or int(offsets[-1]) != n - 1:
-                            sys.exit(f"fetch: got {len(offsets)} of {n} records")
+                        check_fetched(res.stdout, n)
                     out[phase] = max(out.get(phase, 0.0), n / seconds)
                     rate = n / max(1e-9, cpu_seconds(proc.pid) - cpu0)
                     per_cpu[phase] = max(per_cpu.get(phase, 0.0), rate)
             return out, per_cpu
-        finally:
-            proc.terminate()
-            proc.wait(30)
 
 
 async def _baseline(backend: str, n: int, repeat: int) -> tuple[dict, dict]:
@@ -139,7 +94,7 @@ async def _baseline(backend: str, n: int, repeat: int) -> tuple[dict, dict]:
         per_cpu[phase] = max(per_cpu.get(phase, 0.0), n / max(1e-9, cpu))
 
     with tempfile.TemporaryDirectory() as d:
-        config = parse_config(config_for(backend, Path(d)))
+        config = parse_config(gateway_config("kafka08", {"type": backend}, Path(d)))
         backends = build_backends(config)
         async with trio.open_nursery() as nursery:
             for b in backends.values():

@@ -75,6 +75,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import cpu_seconds  # noqa: E402
 from gateway.backends.base import Backend  # noqa: E402
 from gateway.backends.embedded.backend import EmbeddedBackend  # noqa: E402
 from gateway.backends.embedded.config import EmbeddedConfig  # noqa: E402
@@ -110,11 +111,6 @@ def records(n: int, size: int) -> list[Record]:
     ts = int(time.time() * 1e6)
     value = b"v" * size
     return [Record(None, value, (), ts, -1) for _ in range(n)]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_jiffies() -> tuple[int, int]:

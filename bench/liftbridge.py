@@ -32,6 +32,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import cpu_seconds, gateway_config, gateway_process  # noqa: E402
 from gateway.config import parse_config  # noqa: E402
 from gateway.model import CreateTopic, Fetch, Produce, Record, RecordBatch, now_us  # noqa: E402
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb  # noqa: E402
@@ -113,30 +114,6 @@ while True:
         pass
     s.close()
 """
-
-
-def config_for(backend: str, tmp: Path) -> dict:
-    return {
-        "server": {"data_dir": str(tmp / "data"), "log_format": "json", "log_level": "warning"},
-        "admin": {"enabled": False},
-        "listeners": {"liftbridge": {"host": "127.0.0.1", "port": 0}},
-        "backends": {"default": {"type": backend}},
-    }
-
-
-def toml(data: dict) -> str:
-    lines = []
-    for section, body in data.items():
-        for name, table in body.items() if section in ("listeners", "backends") else [(None, body)]:
-            lines.append(f"[{section}.{name}]" if name else f"[{section}]")
-            for k, v in table.items():
-                lines.append(f"{k} = {json.dumps(v)}")
-    return "\n".join(lines) + "\n"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def create_stream(port: int, name: str) -> None:
@@ -235,31 +212,17 @@ async def codec_phases(gw_pid: int, port: int, n: int) -> dict:
 def run_listener(backend: str, n: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        (tmp / "gw.toml").write_text(toml(config_for(backend, tmp)))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "gw.toml")],
-            stdout=subprocess.PIPE,
-            stderr=open(tmp / "gw.log", "wb"),  # noqa: SIM115
-            cwd=ROOT,
-        )
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline().decode()
-            if not line.startswith("listening"):
-                sys.exit(f"gateway did not start: {line!r}\n{(tmp / 'gw.log').read_text()}")
-            port = int(line.split("liftbridge=")[1].split()[0].rsplit(":", 1)[1])
+        config = gateway_config("liftbridge", {"type": backend}, tmp)
+        with gateway_process(config, tmp) as (proc, ports):
             return {
-                "grpcio": grpcio_phases(proc.pid, port, n),
-                "codec": trio.run(codec_phases, proc.pid, port, n),
+                "grpcio": grpcio_phases(proc.pid, ports["liftbridge"], n),
+                "codec": trio.run(codec_phases, proc.pid, ports["liftbridge"], n),
             }
-        finally:
-            proc.terminate()
-            proc.wait(30)
 
 
 async def _baseline(backend: str, n: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        config = parse_config(config_for(backend, Path(d)))
+        config = parse_config(gateway_config("liftbridge", {"type": backend}, Path(d)))
         backends = build_backends(config)
         async with trio.open_nursery() as nursery:
             for b in backends.values():

@@ -35,22 +35,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import cpu_seconds  # noqa: E402
 from gateway.model import Record  # noqa: E402
 from gateway.pipeline.client import GatewayClient  # noqa: E402
 from tests.support import GatewayProcess  # noqa: E402
 
 TOPIC = "bench-pipeline"
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """user + system CPU time of one process (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
-    except (FileNotFoundError, ProcessLookupError):
-        return 0.0
 
 
 def descendants(pid: int) -> list[int]:

@@ -42,14 +42,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import KCAT_08, cpu_seconds  # noqa: E402
 from tests.backends.servers import NatsServer  # noqa: E402
 from tests.support import GatewayProcess  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "workers.json"
 VALUE_BYTES = 100
 FETCH_BYTES = 1024
-KCAT_08 = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.8.2.2"]
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def kcat_produce(bootstrap: str, topic: str, path: Path) -> list[str]:
@@ -63,15 +62,6 @@ def kcat_consume(bootstrap: str, topic: str, n: int) -> list[str]:
     return ["kcat", "-b", bootstrap, "-C", "-t", topic, "-p", "0", *KCAT_08,
             "-o", "beginning", "-c", str(n), "-e", "-q", "-f", "%o\n",
             "-X", f"fetch.message.max.bytes={FETCH_BYTES}"]  # fmt: skip
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process (0.0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def children(pid: int) -> list[int]:
