@@ -70,7 +70,7 @@ DRIVERS: list[tuple[str, list[str], str, int, str]] = [
     ("workers", ["bench/workers.py"], "workers.json", 150, KCAT),
     (
         "backends",
-        ["bench/backends.py", "--records", "30000", "--runs", "1"],
+        ["bench/backends.py", "--records", "30000", "--kafka-records", "1000000", "--runs", "1"],
         "backends.json",
         150,
         "kcat; nats-py and confluent-kafka for the direct rows",
