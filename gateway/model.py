@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -627,3 +628,11 @@ class StatsResult:
     partitions: int
     records: int
     extra: dict[str, int] = field(default_factory=dict)
+
+
+APPEND_SENT: ContextVar[Callable[[], None] | None] = ContextVar("append_sent", default=None)
+"""Set by a caller of ``Produce`` that may start its next append before this one is answered
+(the Kafka 0.8 listener's produce pipeline). A backend whose appends travel over one ordered
+connection (the Kafka backend) calls it once the append's request is written to the broker, so
+an append sent after it lands after it; backends that never call it keep the caller waiting for
+the answer, as before."""

@@ -233,6 +233,40 @@ def test_kcat_in_08_mode_through_the_gateway_into_tansu_read_by_kafka_python(tmp
         server.stop()
 
 
+def test_pipelined_08_produces_reach_tansu_in_order(tmp_path):
+    """kcat sends many small produce requests back to back; the gateway pipelines them and sends
+    each to Tansu once the previous one is written there (APPEND_SENT): every record comes back
+    once, in the order it was produced."""
+    server = TansuServer().start()
+    topic = f"order-{uuid.uuid4().hex[:6]}"
+    n = 30_000
+    try:
+        with GatewayProcess(
+            tmp_path,
+            listeners={"kafka08": {}},
+            backends={"k": {"type": "kafka", "bootstrap": server.bootstrap}},
+        ) as gw:
+            host, port = gw.address("kafka08")
+            small = ["-X", "batch.num.messages=50", "-X", "queue.buffering.max.ms=1"]
+            lines = "".join(f"{i}\n" for i in range(n))
+            subprocess.run(
+                ["kcat", "-b", f"{host}:{port}", "-P", "-t", topic, "-p", "0", *small, *KCAT_08],
+                input=lines.encode(),
+                check=True,
+                timeout=120,
+            )
+            read_back = subprocess.run(
+                ["kcat", "-b", f"{host}:{port}", "-C", "-t", topic, "-p", "0"]
+                + ["-o", "beginning", "-e", *KCAT_08],
+                capture_output=True,
+                check=True,
+                timeout=120,
+            )
+            assert read_back.stdout.decode().splitlines() == [str(i) for i in range(n)]
+    finally:
+        server.stop()
+
+
 async def test_committed_offsets_are_kafka_group_offsets(nursery):
     """An offset the gateway commits is the Kafka group's committed offset (kafka-python sees
     it), and one a Kafka consumer commits is what the gateway reads."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +40,7 @@ from gateway.backends.kafka.records import (
 )
 from gateway.canonical import CANONICAL
 from gateway.model import (
+    APPEND_SENT,
     AppendResult,
     ErrorCode,
     GatewayError,
@@ -251,11 +253,13 @@ class KafkaBackend(Backend):
             assert last is not None
             raise last
 
-    async def _call(self, request: Any, node: int | None = None) -> Any:
+    async def _call(
+        self, request: Any, node: int | None = None, on_sent: Callable[[], None] | None = None
+    ) -> Any:
         if self._api_ok is None:
             await self._negotiate()
         conn = await self._connection(node)
-        return await conn.call(request, self._timeout)
+        return await conn.call(request, self._timeout, on_sent)
 
     async def _negotiate(self) -> None:
         """ApiVersions: check the broker speaks the version we use of every API."""
@@ -524,7 +528,7 @@ class KafkaBackend(Backend):
                 ),
             ),
         )
-        response = await self._call(request, self._leader(meta, partition))
+        response = await self._call(request, self._leader(meta, partition), APPEND_SENT.get())
         for t in response.responses:
             for p in t.partition_responses:
                 if int(p.error_code):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import itertools
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -112,8 +113,12 @@ class BrokerConnection:
         if self._stream is not None:
             await trio.aclose_forcefully(self._stream)
 
-    async def call(self, request: Any, timeout: float) -> Any:
-        """Send ``request`` (a kio request entity), return the parsed kio response entity."""
+    async def call(
+        self, request: Any, timeout: float, on_sent: Callable[[], None] | None = None
+    ) -> Any:
+        """Send ``request`` (a kio request entity), return the parsed kio response entity.
+        ``on_sent`` is called once the request is written (requests of one connection are
+        answered in the order they were written)."""
         if self.closed or self._stream is None:
             raise unavailable(f"Kafka broker {self.host}:{self.port} is not connected")
         corr = next(self._correlation)
@@ -141,6 +146,8 @@ class BrokerConnection:
             with trio.move_on_after(timeout) as scope:
                 async with self._send_lock:
                     await self._stream.send_all(bytes(data))
+                if on_sent is not None:
+                    on_sent()
                 await slot.event.wait()
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._fail_all(str(exc))

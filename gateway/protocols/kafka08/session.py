@@ -8,7 +8,10 @@ Produce requests with acks 1/-1 are pipelined (at most ``PRODUCE_PIPELINE``, and
 ``max_in_flight``, at once): the message sets of the next request are read and parsed while the
 previous one is stored, then it is stored, strictly after it. Each answers itself, in order; any
 other request waits until every earlier produce has answered. With a backend across the network
-(Kafka, NATS) this overlaps the gateway's parsing with the backend's round trip.
+(Kafka, NATS) this overlaps the gateway's parsing with the backend's round trip; over the Kafka
+backend a one-partition produce is even sent to the broker as soon as the previous one's request
+is written there (``APPEND_SENT``: one connection, answered in order), so the round trips overlap
+too.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from gateway.model import (
+    APPEND_SENT,
     Acks,
     CommitOffset,
     DescribeTopic,
@@ -101,6 +105,17 @@ class CloseConnection(Exception):
     """End the connection without an answer (acks-0 failure, refused request)."""
 
 
+class _Pipelined:
+    """A pipelined produce: ``released`` when the next one may store (its own append is on its
+    way to the backend, or it is done), ``done`` when it has answered (or failed)."""
+
+    __slots__ = ("released", "done")
+
+    def __init__(self) -> None:
+        self.released = trio.Event()
+        self.done = trio.Event()
+
+
 class Session:
     def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
@@ -130,7 +145,7 @@ class Session:
         self._metrics: dict[tuple[int, str], Any] = {}
         self._latency: dict[int, Any] = {}
         self._pipeline_depth = max(1, min(PRODUCE_PIPELINE, getattr(self.cfg, "max_in_flight", 1)))
-        self._produces: list[trio.Event] = []  # pipelined produces not yet answered, oldest first
+        self._produces: list[_Pipelined] = []  # pipelined produces not yet answered, oldest first
         self._failure: Exception | None = None
         self._pipeline_scope: trio.CancelScope | None = None
 
@@ -226,33 +241,45 @@ class Session:
     async def _wait_produces(self, at_most: int) -> None:
         """Until at most ``at_most`` pipelined produces are unanswered."""
         while len(self._produces) > at_most:
-            await self._produces[0].wait()
+            await self._produces[0].done.wait()
 
     async def _pipeline_produce(
         self, pipeline: trio.Nursery, stream: trio.abc.Stream, request: Request
     ) -> None:
         await self._wait_produces(self._pipeline_depth - 1)
         previous = self._produces[-1] if self._produces else None
-        done = trio.Event()
-        self._produces.append(done)
-        pipeline.start_soon(self._produce_in_pipeline, stream, request, previous, done)
+        this = _Pipelined()
+        self._produces.append(this)
+        pipeline.start_soon(self._produce_in_pipeline, stream, request, previous, this)
 
     async def _produce_in_pipeline(
         self,
         stream: trio.abc.Stream,
         request: Request,
-        previous: trio.Event | None,
-        done: trio.Event,
+        previous: _Pipelined | None,
+        this: _Pipelined,
     ) -> None:
-        """Parse now, store after the previous produce, answer right after it answered."""
+        """Parse now; store once the previous produce's append is on its way to the backend
+        (``APPEND_SENT``: a one-partition request over the Kafka backend) or answered; answer
+        right after the previous one answered."""
         try:
             start = time.perf_counter()
             parsed = self._parse_produce(request)
             if previous is not None:
-                await previous.wait()
+                await previous.released.wait()
             if self._failure is not None:
                 return
-            body = await self._store_produce(request, parsed)
+            one_partition = len(parsed) == 1 and len(parsed[0][1]) == 1
+            token = APPEND_SENT.set(this.released.set) if one_partition else None
+            try:
+                body = await self._store_produce(request, parsed)
+            finally:
+                if token is not None:
+                    APPEND_SENT.reset(token)
+            if previous is not None:
+                await previous.done.wait()
+            if self._failure is not None:
+                return
             self._observe(request.api_key, start)
             response = c.ServerConnection.send_response(request, body)
             await stream.send_all(response)
@@ -262,8 +289,9 @@ class Session:
             if self._pipeline_scope is not None:
                 self._pipeline_scope.cancel()
         finally:
-            self._produces.remove(done)
-            done.set()
+            self._produces.remove(this)
+            this.released.set()
+            this.done.set()
 
     async def handle(self, request: Request) -> bytes | None:
         handler = self._handlers.get(request.api_key)
