@@ -30,8 +30,8 @@ Mapping
   treats adding partitions and deleting topics as one capability). Kafka cannot delete
   partitions (UNSUPPORTED). Produce and Fetch go to the partition leader from Metadata.
 
-Reads: one Fetch per read, converted up to the read's max bytes. With ``read_ahead = true``
-(off by default) a consumer catching up gets read-ahead: the next Fetch is sent while it handles
+Reads: one Fetch per read, converted up to the read's max bytes. A consumer catching up
+gets read-ahead (``read_ahead = true``, the default): the next Fetch is sent while it handles
 this answer (see ``KafkaBackend.read``).
 
 Outages: while the cluster is unreachable every call raises ``ErrorCode.BACKEND_UNAVAILABLE``
