@@ -187,7 +187,8 @@ def main() -> None:
     print(__doc__.split("\n\n")[1].replace("\n", " "))
     load = os.getloadavg()
     print(
-        f"N={n} (NATS rows), {kn} (Kafka, embedded, librdkafka) records of {VALUE_BYTES} B, no key, 1 partition; {os.cpu_count()} CPUs, load "
+        f"N={n} (NATS rows), {kn} (Kafka, embedded, librdkafka) records of {VALUE_BYTES} B, "
+        f"no key, 1 partition; {os.cpu_count()} CPUs, load "
         f"average {load[0]:.1f} at start (the brokers, the gateway and the clients share them)"
     )
     rows: dict[str, dict[str, float]] = {}

@@ -645,10 +645,10 @@ class KafkaBackend(Backend):
         """One Fetch. The records come back as one canonical block (no per-record objects,
         what the embedded log returns), or decoded when not dense (compaction, transactions).
 
-        Read-ahead (on by default; ``read_ahead = false`` turns it off), for a consumer catching up: when an
-        answer ends below the high watermark,
-        the Fetch for the offset after it is sent at once, in the background, so the broker's
-        work and the round trip overlap with the consumer handling this answer. A read from
+        Read-ahead (on by default; ``read_ahead = false`` turns it off), for a consumer catching
+        up: when an answer ends below the high watermark, the Fetch for the offset after it is
+        sent at once, in the background, so the broker's work and the round trip overlap with
+        the consumer handling this answer. A read from
         inside the last answer (a Kafka 0.8 client cuts answers at its max bytes, in other
         units than v2 records) gets the rest of that answer plus the read-ahead one. Offsets
         below the high watermark never change in Kafka, so these are the records a Fetch would
