@@ -4,10 +4,16 @@ topic settings, and the offsets namespace of the key-value store."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.backends.base import Backend, check_partitions, check_topic_name, unsupported
+from gateway.backends.base import (
+    Backend,
+    Capabilities,
+    check_partitions,
+    check_topic_name,
+    unsupported,
+)
 from gateway.backends.upstream.pool import Pool
 from gateway.model import ErrorCode, GatewayError, Record, TopicInfo
 
@@ -50,6 +56,22 @@ class UpstreamConfig:
 def offset_parts(key: str) -> tuple[str, str, int]:
     group, topic, partition = key.split("\x1f")
     return group, topic, int(partition)
+
+
+UPSTREAM_CAPABILITIES = Capabilities(
+    offset_for_timestamp=False,
+    kv_store=False,
+    committed_offsets=False,
+    durable=True,
+    notifies_appends=False,
+)
+"""What every upstream server backend shares: the server stores (durable) but keeps no gateway
+key-value state, has no time index we use and sends no append notifications. Each protocol's
+backend overrides the rest with ``upstream_capabilities(...)``."""
+
+
+def upstream_capabilities(**overrides: bool | None) -> Capabilities:
+    return replace(UPSTREAM_CAPABILITIES, **overrides)
 
 
 class UpstreamBackend(Backend):

@@ -19,8 +19,8 @@ import re
 import uuid
 from typing import Any
 
-from gateway.backends.base import Capabilities, unsupported
-from gateway.backends.upstream.base import UpstreamBackend, within
+from gateway.backends.base import unsupported
+from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -55,15 +55,10 @@ def _text_error(text: str, what: str) -> GatewayError:
 class CursusUpstream(UpstreamBackend):
     protocol = "cursus"
     protocol_errors = (codec.RemoteProtocolError,)
-    capabilities = Capabilities(
+    capabilities = upstream_capabilities(
         headers=False,
         timestamps=False,
         delete_partitions=False,
-        offset_for_timestamp=False,
-        kv_store=False,
-        committed_offsets=False,
-        durable=True,
-        notifies_appends=False,
     )
 
     def __init__(self, name: str, config: Any) -> None:

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.backends.base import Capabilities
-from gateway.backends.upstream.base import UpstreamBackend, within
+from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
 from gateway.model import (
     RESERVED_HEADER_PREFIX,
     AppendResult,
@@ -90,14 +89,9 @@ def status_error(exc: IggyStatusError, what: str) -> GatewayError:
 class IggyUpstream(UpstreamBackend):
     protocol = "iggy"
     protocol_errors = (c.RemoteProtocolError,)
-    capabilities = Capabilities(
+    capabilities = upstream_capabilities(
         keys=False,
         timestamps=False,
-        offset_for_timestamp=False,
-        kv_store=False,
-        committed_offsets=False,
-        durable=True,
-        notifies_appends=False,
     )
 
     async def _connect(self) -> IggyClient:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.backends.base import Capabilities, unsupported
-from gateway.backends.upstream.base import UpstreamBackend, within
+from gateway.backends.base import unsupported
+from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
 from gateway.backends.upstream.kafka08_client import Kafka08Client, Kafka08Error
 from gateway.model import (
     AppendResult,
@@ -50,17 +50,13 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 class Kafka08Upstream(UpstreamBackend):
     protocol = "kafka08"
     protocol_errors = (kc.RemoteProtocolError, InvalidMessageSet)
-    capabilities = Capabilities(
+    capabilities = upstream_capabilities(
         headers=False,
         timestamps=False,
         topic_admin=False,
         delete_partitions=False,
-        offset_for_timestamp=False,
-        kv_store=False,
         create_topics=False,
         committed_offsets=True,
-        durable=True,
-        notifies_appends=False,
     )
 
     async def _connect(self) -> Kafka08Client:

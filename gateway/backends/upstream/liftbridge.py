@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.backends.base import Capabilities, unsupported
-from gateway.backends.upstream.base import UpstreamBackend, within
+from gateway.backends.base import unsupported
+from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
 from gateway.backends.upstream.liftbridge_client import GrpcStatusError, LiftbridgeClient
 from gateway.model import (
     RESERVED_HEADER_PREFIX,
@@ -60,16 +60,11 @@ def status_error(exc: GrpcStatusError, what: str) -> GatewayError:
 class LiftbridgeUpstream(UpstreamBackend):
     protocol = "liftbridge"
     protocol_errors = (lc.RemoteProtocolError,)
-    capabilities = Capabilities(
+    capabilities = upstream_capabilities(
         timestamps=False,
         topic_admin=False,
         delete_topics=True,
         delete_partitions=False,
-        offset_for_timestamp=False,
-        kv_store=False,
-        committed_offsets=False,
-        durable=True,
-        notifies_appends=False,
     )
 
     async def _connect(self) -> LiftbridgeClient:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.backends.base import Capabilities, unsupported
-from gateway.backends.upstream.base import UpstreamBackend, within
+from gateway.backends.base import unsupported
+from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -50,15 +50,10 @@ _CONSUME_ERRORS = {
 class TankUpstream(UpstreamBackend):
     protocol = "tank"
     protocol_errors = (tc.RemoteProtocolError,)
-    capabilities = Capabilities(
+    capabilities = upstream_capabilities(
         headers=False,
         topic_admin=False,
         delete_partitions=False,
-        offset_for_timestamp=False,
-        kv_store=False,
-        committed_offsets=False,
-        durable=True,
-        notifies_appends=False,
     )
 
     async def _connect(self) -> TankClient:
