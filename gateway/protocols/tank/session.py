@@ -43,6 +43,7 @@ from gateway.observability import (
     RECORDS_OUT,
     REQUEST_LATENCY,
     REQUESTS,
+    labelled,
     protocol_error,
 )
 from gateway.protocols.base import ConnectionContext
@@ -134,11 +135,11 @@ _API_NAMES = {
     DiscoverTopicsRequest: "discover_topics",
     DiscoverTopologyRequest: "discover_topology",
 }
-_records_in = RECORDS_IN.labels(protocol=PROTOCOL)
-_records_out = RECORDS_OUT.labels(protocol=PROTOCOL)
-_bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
-_bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
-_latency = {api: REQUEST_LATENCY.labels(protocol=PROTOCOL, api=api) for api in _API_NAMES.values()}
+_records_in = labelled(RECORDS_IN, PROTOCOL)
+_records_out = labelled(RECORDS_OUT, PROTOCOL)
+_bytes_in = labelled(BYTES_IN, PROTOCOL)
+_bytes_out = labelled(BYTES_OUT, PROTOCOL)
+_latency = {api: labelled(REQUEST_LATENCY, PROTOCOL, api) for api in _API_NAMES.values()}
 
 
 def first_available(log_start: int, high_watermark: int) -> int:
@@ -626,8 +627,15 @@ class _ConnectionIO:
         self.broken = False
 
     async def send(self, data: bytes) -> None:
-        async with self.send_lock:
+        lock = self.send_lock
+        try:
+            lock.acquire_nowait()  # no schedule point when nobody else is sending (the usual)
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
             await self.stream.send_all(data)
+        finally:
+            lock.release()
         _bytes_out.inc(len(data))
 
     async def run(self, req: Any, api: str) -> bytes | None:
@@ -654,7 +662,7 @@ class _ConnectionIO:
             if isinstance(resp, ConsumeResponse)
             else encode_response(resp)
         )
-        REQUESTS.labels(protocol=PROTOCOL, api=api, outcome=outcome(resp)).inc()
+        labelled(REQUESTS, PROTOCOL, api, outcome(resp)).inc()
         _latency[api].observe(time.perf_counter() - started)
         return data
 

@@ -1,0 +1,137 @@
+"""FastSocketStream (and GuardedStream over it) behave like trio's SocketStream: bytes, end of
+stream, errors, partial sends of large buffers, concurrent sends refused; and a task that only
+sends still lets other tasks run."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+import trio
+
+from gateway.streams import FastSocketStream, GuardedStream
+
+
+async def stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    client = await trio.open_tcp_stream("127.0.0.1", port)
+    server = await listener.accept()
+    await listener.aclose()
+    return client, server
+
+
+async def test_wraps_only_plain_socket_streams() -> None:
+    client, server = await stream_pair()
+    assert isinstance(FastSocketStream.wrap(server), FastSocketStream)
+    assert FastSocketStream.wrap(GuardedStream(server)) is None
+    assert GuardedStream(server)._fast is not None
+    await client.aclose()
+    await server.aclose()
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+async def test_bytes_both_ways_large_sends_and_end_of_stream(guarded: bool) -> None:
+    client, server = await stream_pair()
+    fast: trio.abc.Stream = GuardedStream(server) if guarded else FastSocketStream(server)
+    big = bytes(range(256)) * 40_000  # 10 MB: far more than the socket buffers take at once
+    received = bytearray()
+
+    async def read_all() -> None:
+        while len(received) < len(big):
+            received.extend(await client.receive_some(1 << 16))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_all)
+        await fast.send_all(big)
+    assert bytes(received) == big
+    await client.send_all(b"hello")
+    got = b""
+    while len(got) < 5:
+        got += await fast.receive_some(3)
+    assert got == b"hello"
+    await client.send_eof()
+    assert await fast.receive_some() == b""
+    await fast.send_all(b"")  # nothing to send: a no-op, like SocketStream
+    await fast.aclose()
+    with pytest.raises(trio.ClosedResourceError):
+        await fast.receive_some()
+    with pytest.raises(trio.ClosedResourceError):
+        await fast.send_all(b"x")
+    await client.aclose()
+
+
+async def test_reset_by_peer_is_a_broken_resource() -> None:
+    client, server = await stream_pair()
+    fast = FastSocketStream(server)
+    linger = struct.pack("ii", 1, 0)  # on, 0 s: close sends RST
+    client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+    await client.aclose()  # linger 0: RST
+    with pytest.raises(trio.BrokenResourceError):
+        for _ in range(100):
+            await fast.send_all(b"x" * 65536)
+            await trio.sleep(0.01)
+    await fast.aclose()
+
+
+async def test_a_receive_waiting_for_data_wakes_when_it_arrives() -> None:
+    client, server = await stream_pair()
+    fast = FastSocketStream(server)
+    got: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _receive_into(fast, got))
+        await trio.sleep(0.05)
+        assert got == []
+        await client.send_all(b"late")
+    assert got == [b"late"]
+    await client.aclose()
+    await fast.aclose()
+
+
+async def _receive_into(stream: trio.abc.Stream, out: list[bytes]) -> None:
+    out.append(await stream.receive_some())
+
+
+async def test_concurrent_sends_are_refused() -> None:
+    client, server = await stream_pair()
+    fast = FastSocketStream(server)
+    big = b"x" * 20_000_000  # blocks: nobody reads on the other side yet
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fast.send_all, big)
+        await trio.sleep(0.05)
+        with pytest.raises(trio.BusyResourceError):
+            await fast.send_all(b"y")
+        received = 0
+        while received < len(big):
+            received += len(await client.receive_some(1 << 20))
+    await client.aclose()
+    await fast.aclose()
+
+
+async def test_a_task_that_only_sends_still_lets_others_run() -> None:
+    client, server = await stream_pair()
+    fast = FastSocketStream(server)
+    ticks = 0
+
+    async def other() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0)
+
+    async def drain() -> None:
+        while await client.receive_some(1 << 20):
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(drain)
+        nursery.start_soon(other)
+        await trio.sleep(0)
+        before = ticks
+        for _ in range(50):
+            await fast.send_all(b"z" * 10)
+        assert ticks - before >= 40  # the other task ran between sends
+        nursery.cancel_scope.cancel()
+    await client.aclose()
+    await fast.aclose()
