@@ -9,10 +9,12 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from bisect import bisect_left
 from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.values import MutexValue
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -115,11 +117,51 @@ def setup_logging(log_format: str = "auto", level: str = "info") -> None:
     )
 
 
+class _FastCounter:
+    """A counter child's ``inc`` without prometheus_client's checks and lock (~0.3 us instead
+    of ~1.1). Only for children updated from the event loop's thread alone (every request
+    metric): the lock only guards against other threads; a scrape reads the same value."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, child: Any) -> None:
+        self._value = child._value
+
+    def inc(self, amount: float = 1) -> None:
+        self._value._value += amount
+
+
+class _FastHistogram:
+    """A histogram child's ``observe`` as a bisection into its buckets (see _FastCounter)."""
+
+    __slots__ = ("_sum", "_buckets", "_bounds")
+
+    def __init__(self, child: Any) -> None:
+        self._sum = child._sum
+        self._buckets = child._buckets
+        self._bounds = child._upper_bounds
+
+    def observe(self, amount: float) -> None:
+        self._sum._value += amount
+        self._buckets[bisect_left(self._bounds, amount)]._value += 1
+
+
 @functools.lru_cache(maxsize=4096)
 def labelled(metric: Any, *values: str) -> Any:
-    """``metric.labels(*values)``, memoised: the hot paths (one call per request) skip
-    prometheus_client's label validation and locked lookup (~6 us a call)."""
-    return metric.labels(*values)
+    """``metric.labels(*values)`` for the hot paths (one call per request): memoised (skips
+    prometheus_client's label validation and locked lookup, ~6 us a call), and for counters
+    and histograms a child whose ``inc``/``observe`` skip its checks and lock (see
+    ``_FastCounter``). Only call it from the event loop's thread."""
+    child = metric.labels(*values)
+    if isinstance(metric, Counter) and type(child._value) is MutexValue:
+        return _FastCounter(child)
+    if (
+        isinstance(metric, Histogram)
+        and type(child._sum) is MutexValue
+        and all(type(b) is MutexValue for b in child._buckets)
+    ):
+        return _FastHistogram(child)
+    return child
 
 
 def protocol_error(log: Any, protocol: str, kind: str, **fields: Any) -> None:

@@ -343,8 +343,8 @@ class CursusSession:
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
         buf = FrameBuffer(self.cfg.max_frame_bytes)
-        bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
-        bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+        bytes_in = labelled(BYTES_IN, PROTOCOL)
+        bytes_out = labelled(BYTES_OUT, PROTOCOL)
         while not self.ctx.shutdown.is_set():
             with trio.CancelScope() as scope:
                 self._interrupt = scope
@@ -647,7 +647,7 @@ class CursusSession:
             )
         except GatewayError as exc:
             return codec.encode_ack(Ack("ERROR", error=_idempotence_error(exc)))
-        RECORDS_IN.labels(protocol=PROTOCOL).inc()
+        labelled(RECORDS_IN, PROTOCOL).inc()
         if acks == "0":
             return "OK"
         return codec.encode_ack(Ack("OK", result.last_offset, epoch, producer_id, seq, seq))
@@ -702,7 +702,7 @@ class CursusSession:
                 ack = Ack("ERROR", 0, epoch, pid, seq_start, seq_end, error=_idempotence_error(exc))
                 return Reply(codec.encode_ack(ack))
             last_offset = 0  # an older retry: stored before, acknowledge it again
-        RECORDS_IN.labels(protocol=PROTOCOL).inc(batch.count)
+        labelled(RECORDS_IN, PROTOCOL).inc(batch.count)
         return Reply(codec.encode_ack(Ack("OK", last_offset, epoch, pid, seq_start, seq_end)))
 
     # ------------------------------------------------------------------ consume
@@ -802,7 +802,7 @@ class CursusSession:
             raise
         n = result.count
         if n:
-            RECORDS_OUT.labels(protocol=PROTOCOL).inc(n)
+            labelled(RECORDS_OUT, PROTOCOL).inc(n)
         return Reply(build_reply_frame(a.topic, a.partition, result.batches), framed=True)
 
     async def _stream(self, cmd: str) -> str | Reply:
@@ -877,8 +877,8 @@ class CursusSession:
                        spec.offset, spec.batch, 0, "")  # fmt: skip
         now = trio.current_time()
         next_keepalive, next_commit = now + keepalive, now + commit_every
-        records_out = RECORDS_OUT.labels(protocol=PROTOCOL)
-        bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+        records_out = labelled(RECORDS_OUT, PROTOCOL)
+        bytes_out = labelled(BYTES_OUT, PROTOCOL)
         while True:
             wait_ms = int(max(0.0, min(next_keepalive, next_commit) - trio.current_time()) * 1000)
             try:

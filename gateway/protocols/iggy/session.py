@@ -428,7 +428,7 @@ class IggySession:
             if exc.code is ErrorCode.UNKNOWN_PARTITION:
                 raise IggyError(c.Status.PARTITION_NOT_FOUND, exc.message) from None
             raise
-        RECORDS_IN.labels(protocol=PROTOCOL).inc(len(req.messages))
+        labelled(RECORDS_IN, PROTOCOL).inc(len(req.messages))
 
     def _consumer_group_name(self, consumer: c.Consumer) -> str:
         return f"iggy-consumer-{consumer.id.value}"
@@ -518,7 +518,7 @@ class IggySession:
         )
         if n and req.auto_commit:
             await self.core.execute(CommitOffset(group, topic, partition, last + 1))
-        RECORDS_OUT.labels(protocol=PROTOCOL).inc(n)
+        labelled(RECORDS_OUT, PROTOCOL).inc(n)
         return payload
 
     async def get_offset(self, req: c.GetConsumerOffset) -> c.ConsumerOffsetRecord:
@@ -656,8 +656,8 @@ async def handle_connection(stream: trio.abc.Stream, ctx: Any) -> None:
     are the server's (its stream wrapper)."""
     session = IggySession(ctx)
     conn = session.conn
-    bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
-    bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+    bytes_in = labelled(BYTES_IN, PROTOCOL)
+    bytes_out = labelled(BYTES_OUT, PROTOCOL)
     try:
         while True:
             while True:

@@ -43,6 +43,7 @@ from gateway.observability import (
     RECORDS_OUT,
     REQUEST_LATENCY,
     REQUESTS,
+    labelled,
     protocol_error,
 )
 from gateway.protocols.kafka08 import codec as c
@@ -128,10 +129,10 @@ class Session:
         self.api_versions = getattr(self.cfg, "api_versions", True)
         self._recv_scope: trio.CancelScope | None = None
         self._draining = False
-        self._records_in = RECORDS_IN.labels(protocol=PROTOCOL)
-        self._records_out = RECORDS_OUT.labels(protocol=PROTOCOL)
-        self._bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
-        self._bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+        self._records_in = labelled(RECORDS_IN, PROTOCOL)
+        self._records_out = labelled(RECORDS_OUT, PROTOCOL)
+        self._bytes_in = labelled(BYTES_IN, PROTOCOL)
+        self._bytes_out = labelled(BYTES_OUT, PROTOCOL)
         self._handlers = {
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
@@ -314,18 +315,14 @@ class Session:
     def _observe(self, api: int, start: float) -> None:
         latency = self._latency.get(api)
         if latency is None:
-            latency = self._latency[api] = REQUEST_LATENCY.labels(
-                protocol=PROTOCOL, api=API_NAMES[api]
-            )
+            latency = self._latency[api] = labelled(REQUEST_LATENCY, PROTOCOL, API_NAMES[api])
         latency.observe(time.perf_counter() - start)
 
     def _count(self, api: int, outcome: str) -> None:
         key = (api, outcome)
         counter = self._metrics.get(key)
         if counter is None:
-            counter = self._metrics[key] = REQUESTS.labels(
-                protocol=PROTOCOL, api=API_NAMES[api], outcome=outcome
-            )
+            counter = self._metrics[key] = labelled(REQUESTS, PROTOCOL, API_NAMES[api], outcome)
         counter.inc()
 
     def _error(self, api: int, exc: GatewayError, **fields: Any) -> int:

@@ -41,7 +41,7 @@ from gateway.model import (
     SyncGroup,
     TopicInfo,
 )
-from gateway.observability import RECORDS_IN, RECORDS_OUT
+from gateway.observability import RECORDS_IN, RECORDS_OUT, labelled
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 from gateway.protocols.liftbridge.codec import PublishAckEncoder, Status, frame_message
 from gateway.protocols.liftbridge.state import LiftbridgeState
@@ -167,7 +167,7 @@ class Service:
         self.port = port
         self.max_message_bytes = max_message_bytes
         self._topics: dict[str, TopicInfo] = {}
-        self._records_in = RECORDS_IN.labels(protocol=PROTOCOL)
+        self._records_in = labelled(RECORDS_IN, PROTOCOL)
 
     # ------------------------------------------------------------------ helpers
     async def _execute(self, command: Any) -> Any:
@@ -409,7 +409,7 @@ class Service:
                 acks=Acks.NONE if req.ackPolicy == pb.NONE else Acks.ALL,
             )
         )
-        RECORDS_IN.labels(protocol=PROTOCOL).inc()
+        labelled(RECORDS_IN, PROTOCOL).inc()
         if req.ackPolicy == pb.NONE:
             return pb.PublishResponse()
         return pb.PublishResponse(
@@ -436,7 +436,7 @@ class Service:
             result = await self._execute(
                 Produce(target.name, RecordBatch([record]), partition, acks=Acks.ALL)
             )
-            RECORDS_IN.labels(protocol=PROTOCOL).inc()
+            labelled(RECORDS_IN, PROTOCOL).inc()
             if first_ack is None:
                 first_ack = self._ack(req, target, partition, result.base_offset, received_ns)
                 first_ack.msgSubject = req.subject
@@ -599,7 +599,7 @@ class Service:
                 records = res.records
                 if records:
                     msgs = [_message(r, stream, partition, subject) for r in records]
-                    RECORDS_OUT.labels(protocol=PROTOCOL).inc(len(msgs))
+                    labelled(RECORDS_OUT, PROTOCOL).inc(len(msgs))
                     offset = records[-1].offset + 1
                     await call.send(msgs)
                     if stop is not None and offset > stop:

@@ -24,6 +24,7 @@ from gateway.observability import (
     BYTES_OUT,
     REQUEST_LATENCY,
     REQUESTS,
+    labelled,
     protocol_error,
 )
 from gateway.protocols.base import ConnectionContext
@@ -141,7 +142,7 @@ class Session:
         self._nursery: trio.Nursery | None = None
         self._received_since_send = False
         self._last_send = trio.current_time()
-        self._bytes_out = BYTES_OUT.labels(protocol=PROTOCOL)
+        self._bytes_out = labelled(BYTES_OUT, PROTOCOL)
 
     # ------------------------------------------------------------------ I/O
     def kick(self) -> None:
@@ -196,7 +197,7 @@ class Session:
             nursery.cancel_scope.cancel()
 
     async def _reader(self, nursery: trio.Nursery) -> None:
-        bytes_in = BYTES_IN.labels(protocol=PROTOCOL)
+        bytes_in = labelled(BYTES_IN, PROTOCOL)
         while True:
             try:
                 data = await self.stream.receive_some(RECEIVE_BYTES)
@@ -382,9 +383,9 @@ class Session:
 
     def _count(self, name: str, status: int, seconds: float) -> None:
         outcome = "ok" if status == Status.OK else Status(status).name.lower()
-        REQUESTS.labels(protocol=PROTOCOL, api=name, outcome=outcome).inc()
+        labelled(REQUESTS, PROTOCOL, name, outcome).inc()
         if seconds:
-            REQUEST_LATENCY.labels(protocol=PROTOCOL, api=name).observe(seconds)
+            labelled(REQUEST_LATENCY, PROTOCOL, name).observe(seconds)
 
     def _call_done(self) -> None:
         if not self.calls:
