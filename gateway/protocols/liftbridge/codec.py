@@ -459,6 +459,12 @@ class GrpcConnection:
             if kind == 0 and buf[pos + 4] == 0 and length <= max_frame:
                 sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
                 st = streams.get(sid)
+                if st is None and run >= 0:
+                    # the call may open in the frames before this one (its HEADERS in the
+                    # same read, the usual for a one-message call): let h2 see them first
+                    out += self._h2_feed(bytes(buf[run:pos]))
+                    run = -1
+                    st = streams.get(sid)
                 if st is not None and not st.remote_closed:
                     if run >= 0:
                         out += self._h2_feed(bytes(buf[run:pos]))
@@ -786,10 +792,42 @@ class GrpcConnection:
     def _send_response_headers(self, st: _Stream) -> None:
         if self.client:
             raise LocalProtocolError("a client sends its headers with start_call")
-        self._h2.send_headers(
-            st.stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")]
-        )
+        if not self._send_headers_block(st.stream_id, _RESPONSE_HEADERS_BLOCK, False):
+            self._h2.send_headers(
+                st.stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")]
+            )
         st.headers_sent = True
+
+    def _send_headers_block(self, sid: int, block: bytes, end_stream: bool) -> bool:
+        """Write a HEADERS frame of a header block we encoded ourselves (constant response
+        headers, trailers: literals without indexing, so neither side's HPACK dynamic table
+        changes) with h2's connection and stream state moved exactly as its ``send_headers``
+        moves them. h2's path (header validation, HPACK encoding, frame objects) was the largest
+        part of a one-message call. False: not possible here (a stream h2 would not let us send
+        on, a pending HPACK table size update, a block above the frame size): use h2."""
+        h2c = self._h2
+        h2s = h2c.streams.get(sid)
+        if (
+            self._closed
+            or h2s is None
+            or h2s.state_machine.state not in _SEND_STATES
+            or h2c.encoder.header_table.resized
+            or len(block) > h2c.max_outbound_frame_size
+        ):
+            return False
+        h2c.state_machine.process_input(h2.connection.ConnectionInputs.SEND_HEADERS)
+        machine = h2s.state_machine
+        machine.process_input(h2.stream.StreamInputs.SEND_HEADERS)
+        flags = 0x04  # END_HEADERS
+        if end_stream:
+            machine.process_input(h2.stream.StreamInputs.SEND_END_STREAM)
+            flags = 0x05  # END_HEADERS | END_STREAM
+        size = len(block)
+        extra = self._out_extra
+        extra += h2c.data_to_send()  # after what h2 queued before
+        extra += _FRAME_HEAD.pack(size >> 8, size & 0xFF, 0x01, flags, sid)
+        extra += block
+        return True
 
     def send_trailers(self, stream_id: int, status: int = 0, message: str = "") -> None:
         """Server role: end the call with a status (after the queued messages)."""
@@ -912,7 +950,8 @@ class GrpcConnection:
             h2c.end_stream(sid)
             return
         assert isinstance(end, list)
-        h2c.send_headers(sid, end, end_stream=True)
+        if not self._send_headers_block(sid, _trailers_block(end), True):
+            h2c.send_headers(sid, end, end_stream=True)
         self._streams.pop(sid, None)
 
     def _flush_all(self) -> None:
@@ -922,12 +961,44 @@ class GrpcConnection:
         self._blocked = {}
 
 
+def _hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
+    """An HPACK integer (RFC 7541 5.1) with ``first``'s high bits above the prefix."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _hpack_literal(name: bytes, value: bytes) -> bytes:
+    """Literal header field without indexing, new name, no Huffman (RFC 7541 6.2.2)."""
+    return b"\x00" + _hpack_int(len(name), 7) + name + _hpack_int(len(value), 7) + value
+
+
+# ":status: 200" (static index 8), "content-type: application/grpc" (static name 31, literal
+# value without indexing)
+_RESPONSE_HEADERS_BLOCK = b"\x88" + _hpack_int(31, 4) + _hpack_int(16, 7) + b"application/grpc"
+_TRAILERS_OK_BLOCK = _hpack_literal(b"grpc-status", b"0")
+
+
+def _trailers_block(trailers: list[tuple[bytes, bytes]]) -> bytes:
+    if len(trailers) == 1 and trailers[0] == (b"grpc-status", b"0"):
+        return _TRAILERS_OK_BLOCK
+    return b"".join(_hpack_literal(k, v) for k, v in trailers)
+
+
 def _window_update(stream_id: int, increment: int) -> bytes:
     return _WINDOW_UPDATE.pack(0, 4, 0x08, 0, stream_id, increment)
 
 
 _WINDOW_UPDATE = struct.Struct(">HBBBII")  # 24-bit length as H+B, type, flags, stream, increment
 _DATA_HEAD = struct.Struct(">HBBBI")  # 24-bit length as H+B, type 0, no flags, stream
+_FRAME_HEAD = struct.Struct(">HBBBI")  # 24-bit length as H+B, type, flags, stream
 _GOAWAY = struct.Struct(">HBBBIII")  # length, type, flags, stream 0, last stream id, error code
 
 
