@@ -28,6 +28,12 @@ logger.jetty.name = org.sparkproject.jetty
 logger.jetty.level = error
 """
 
+# The throughput collector: the pipeline's jobs are batch work, where pause times matter less than
+# the CPU the collector takes. Measured on the export (bench/pipeline.py, together with
+# ``jobs.EXPORT_PARQUET_OPTIONS``): ~1 CPU-second less JVM time per 1M records than G1, which the
+# JVM picks on a 2-CPU machine (docs/decisions.md).
+DEFAULT_JAVA_OPTIONS = "-XX:+UseParallelGC"
+
 
 def spark_session(
     master: str = "local[2]",
@@ -35,11 +41,14 @@ def spark_session(
     app_name: str = "gateway-pipeline",
     driver_memory: str = "1g",
     extra_conf: dict[str, str] | None = None,
+    java_options: str = DEFAULT_JAVA_OPTIONS,
 ) -> Any:
     """Start (or return the running) Spark session and register the ``gateway`` source.
 
     ``getOrCreate`` returns an existing session unchanged, so the static settings here only take
-    effect for the first session of the process."""
+    effect for the first session of the process. ``java_options`` go to the driver's and the
+    executors' JVMs after the logging and temp-dir options (default
+    :data:`DEFAULT_JAVA_OPTIONS`; pass ``""`` for the JVM's own defaults)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -51,6 +60,8 @@ def spark_session(
     log4j = base / "log4j2.properties"
     log4j.write_text(LOG4J2)
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Djava.io.tmpdir={base / 'tmp'}"
+    if java_options:
+        java_opts = f"{java_opts} {java_options}"
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)

@@ -67,3 +67,42 @@ def test_cli_errors_are_one_line(bootstrap: str, tmp_path: Path, capsys: Any) ->
     missing.write_text("[admin]\nenabled = false\n")
     assert gateway_cli(["pipeline", "stats", "t", "--config", str(missing)]) == 1
     assert "--bootstrap" in capsys.readouterr().err
+
+
+def test_session_jvm_runs_the_parallel_collector(spark: Any) -> None:
+    jvm = spark.sparkContext._jvm
+    beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    names = {beans.get(i).getName() for i in range(beans.size())}
+    assert names == {"PS Scavenge", "PS MarkSweep"}, names
+
+
+def test_export_writes_keys_and_values_without_dictionary(
+    spark: Any, bootstrap: str, client: GatewayClient, topic: str, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    from gateway.pipeline.jobs import export_topic
+
+    client.create_topic(topic, 1)
+    # Repeated keys and values: Parquet would keep a dictionary for them if it were on.
+    recs = [Record(b"k%d" % (i % 3), b"v" * 50, (("h", b"x"),), BASE_TS + i) for i in range(300)]
+    client.produce_batch(topic, recs, 0)
+
+    def encodings(path: Path) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for f in path.glob("*.parquet"):
+            meta = pq.ParquetFile(f).metadata
+            for g in range(meta.num_row_groups):
+                for c in range(meta.num_columns):
+                    col = meta.row_group(g).column(c)
+                    out.setdefault(col.path_in_schema, set()).update(col.encodings)
+        return out
+
+    assert export_topic(spark, bootstrap, topic, str(tmp_path / "plain")) == 300
+    plain = encodings(tmp_path / "plain")
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    assert not plain["key"] & dictionary and not plain["value"] & dictionary, plain
+    assert plain["topic"] & dictionary, plain  # the other columns keep theirs
+    # parquet_options replaces the defaults: Parquet's own behaviour back.
+    assert export_topic(spark, bootstrap, topic, str(tmp_path / "d"), parquet_options={}) == 300
+    assert encodings(tmp_path / "d")["value"] & dictionary
