@@ -13,7 +13,9 @@ topic in this run:
 - Spark export: ``gateway pipeline``'s export job (read with the ``gateway`` source, write
   Parquet) in a fresh process per master (local[1], local[2]), after two warm-up exports of the
   whole topic (the JIT); the figure is the median wall time of three exports, excluding the JVM
-  start.
+  start. The session is ``gateway.pipeline.spark.spark_session``'s (ParallelGC) and the export
+  writes key and value without a Parquet dictionary (``jobs.EXPORT_PARQUET_OPTIONS``), as the
+  CLI's export does.
 CPU seconds are printed beside each figure (reader, gateway, Spark's JVM and Python workers;
 for Spark the mean of the three exports): on a busy machine they tell more than wall time.
 Targets (issue 11): local[2] >= 1.3x local[1]; the local[2] export >= the baseline.
@@ -106,6 +108,39 @@ def _is_java(pid: int) -> bool:
         return False
 
 
+def jvm_threads_cpu(pids: list[int]) -> dict[str, float]:
+    """CPU seconds of the JVMs among ``pids`` by thread kind: Spark's task threads, the JIT
+    compiler threads (C1 and C2), the collector's threads, everything else."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"tasks": 0.0, "jit": 0.0, "gc": 0.0, "other": 0.0}
+    for pid in pids:
+        if not _is_java(pid):
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat.rsplit(")", 1)[1].split()
+            kind = (
+                "tasks"
+                if name.startswith("Executor task")
+                else "jit"
+                if "CompilerThre" in name
+                else "gc"
+                if name.startswith("GC Thread")
+                else "other"
+            )
+            out[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def spark_export_child(
     master: str, bootstrap: str, out: str, gateway_pid: str, runs: int = 3, warmups: int = 2
 ) -> None:
@@ -130,11 +165,13 @@ def spark_export_child(
         procs = [p for p in descendants(os.getpid()) if p != os.getpid()]
         before = {p: cpu_seconds(p) for p in procs}
         gw_before = cpu_seconds(int(gateway_pid))
+        threads_before = jvm_threads_cpu(procs)
         t0 = time.perf_counter()
         n = export_topic(spark, bootstrap, TOPIC, str(Path(out) / f"export{i}.parquet"))
         seconds = time.perf_counter() - t0
         procs = [p for p in descendants(os.getpid()) if p != os.getpid()]
         used = {p: cpu_seconds(p) - before.get(p, 0.0) for p in procs}
+        threads = jvm_threads_cpu(procs)
         results.append(
             {
                 "records": n,
@@ -142,6 +179,7 @@ def spark_export_child(
                 "spark_cpu": sum(used.values()),
                 "jvm_cpu": sum(v for p, v in used.items() if _is_java(p)),
                 "gateway_cpu": cpu_seconds(int(gateway_pid)) - gw_before,
+                **{f"jvm_{k}": v - threads_before.get(k, 0.0) for k, v in threads.items()},
             }
         )
         shutil.rmtree(Path(out) / f"export{i}.parquet", ignore_errors=True)
@@ -158,6 +196,9 @@ def spark_export_child(
                 "spark_cpu": mean["spark_cpu"],
                 "jvm_cpu": mean["jvm_cpu"],
                 "gateway_cpu": mean["gateway_cpu"],
+                "jvm_threads": {
+                    k: round(mean[f"jvm_{k}"], 2) for k in ("tasks", "jit", "gc", "other")
+                },
             }
         )
     )
@@ -228,12 +269,15 @@ def main() -> None:
                     "jvm": round(r["jvm_cpu"], 2),
                     "python": round(r["spark_cpu"] - r["jvm_cpu"], 2),
                     "gateway": round(r["gateway_cpu"], 2),
+                    "jvm_threads": r["jvm_threads"],
                 }
                 print(
                     f"spark export {master} to Parquet:    {rates[master]:>10,.0f} records/s "
                     f"(median of {r['all_seconds']} s; JVM start {r['startup']:.1f} s; CPU: JVM "
                     f"{r['jvm_cpu']:.1f} s, Python workers {r['spark_cpu'] - r['jvm_cpu']:.1f} s, "
-                    f"gateway {r['gateway_cpu']:.1f} s)"
+                    f"gateway {r['gateway_cpu']:.1f} s; JVM threads: "
+                    + ", ".join(f"{k} {v:.1f} s" for k, v in r["jvm_threads"].items())
+                    + ")"
                 )
         spread = rates["local[2]"] / rates["local[1]"]
         keep_up = rates["local[2]"] / baseline
