@@ -7,7 +7,9 @@ signal); an unparseable frame, a bad size or an unknown api key closes the conne
 Produce requests with acks 1/-1 are pipelined (at most ``PRODUCE_PIPELINE``, and the listener's
 ``max_in_flight``, at once): the message sets of the next request are read and parsed while the
 previous one is stored, then it is stored, strictly after it. Each answers itself, in order; any
-other request waits until every earlier produce has answered. With a backend across the network
+other request waits until every earlier produce has answered. A produce with nothing in flight
+before it and no bytes of a next request behind it is handled in line (a lone request, e.g. one
+record at a time: a task of its own would only add scheduling). With a backend across the network
 (Kafka, NATS) this overlaps the gateway's parsing with the backend's round trip; over the Kafka
 backend a one-partition produce is even sent to the broker as soon as the previous one's request
 is written there (``APPEND_SENT``: one connection, answered in order), so the round trips overlap
@@ -200,6 +202,7 @@ class Session:
                         request.api_key == ApiKey.PRODUCE
                         and request.body.acks != 0
                         and self._pipeline_depth > 1
+                        and (self._produces or conn.buffered)
                     ):
                         await self._send(stream, out)  # earlier answers go first
                         await self._pipeline_produce(pipeline, stream, request)
