@@ -170,14 +170,11 @@ class GuardedStream(trio.abc.Stream):
             self._note_received(data)
             return data
         while True:
-            if self._mid_request:
-                kind, limit = "read", self.read_timeout_s
-            else:
-                if self._draining:
-                    return b""  # between requests while draining: end of stream for the handler
-                kind, limit = "idle", self.idle_timeout_s
+            wait = self._wait_limit()
+            if wait is None:
+                return b""  # between requests while draining: end of stream for the handler
             started = self._last_activity
-            with trio.move_on_at(started + limit) as scope:
+            with trio.move_on_at(started + wait[1]) as scope:
                 if not self._mid_request:
                     self._idle_wait = scope
                 try:
@@ -187,10 +184,8 @@ class GuardedStream(trio.abc.Stream):
             if not scope.cancelled_caught:
                 self._note_received(data)
                 return bytes(data)
-            if self._draining and not self._mid_request:
+            if self._timed_out(started, wait):
                 return b""
-            if self._last_activity == started:  # nothing moved meanwhile (a send would count)
-                raise ConnectionTimeout(kind, limit)
 
     async def _receive_fast(self, fast: FastSocketStream, max_bytes: int | None) -> bytes:
         """``receive_some`` over a FastSocketStream, with the same timeouts."""
@@ -206,14 +201,11 @@ class GuardedStream(trio.abc.Stream):
                     await trio.lowlevel.checkpoint()
                 self._note_received(data)
                 return data
-            if self._mid_request:
-                kind, limit = "read", self.read_timeout_s
-            else:
-                if self._draining:
-                    return b""
-                kind, limit = "idle", self.idle_timeout_s
+            wait = self._wait_limit()
+            if wait is None:
+                return b""
             started = self._last_activity
-            with trio.move_on_at(started + limit) as scope:
+            with trio.move_on_at(started + wait[1]) as scope:
                 if not self._mid_request:
                     self._idle_wait = scope
                 try:
@@ -221,11 +213,28 @@ class GuardedStream(trio.abc.Stream):
                 finally:
                     self._idle_wait = None
             waited = True
-            if scope.cancelled_caught:
-                if self._draining and not self._mid_request:
-                    return b""
-                if self._last_activity == started:  # nothing moved meanwhile
-                    raise ConnectionTimeout(kind, limit)
+            if scope.cancelled_caught and self._timed_out(started, wait):
+                return b""
+
+    def _wait_limit(self) -> tuple[str, float] | None:
+        """The timeout of the next wait for bytes, (kind, seconds): a read timeout inside a
+        request, an idle timeout between requests; None when draining between requests (the
+        handler sees end of stream)."""
+        if self._mid_request:
+            return "read", self.read_timeout_s
+        if self._draining:
+            return None
+        return "idle", self.idle_timeout_s
+
+    def _timed_out(self, started: float, wait: tuple[str, float]) -> bool:
+        """After a wait that ran out: True when the stream ends now (a drain began while idle);
+        raises ConnectionTimeout when nothing moved meanwhile (a send would count); False: wait
+        again."""
+        if self._draining and not self._mid_request:
+            return True
+        if self._last_activity == started:
+            raise ConnectionTimeout(*wait)
+        return False
 
     def between_requests(self) -> None:
         """The handler holds no partly received request (it has whole requests only, some
