@@ -29,8 +29,12 @@ Workload (printed too), per protocol:
      release is against its ideal time (timer tick, generator CPU) is reported apart as
      ``schedule_lag_p99_ms``, for both paths, rather than charged to either. A run that did not
      keep its schedule (achieved < 90% of the rate, or lag p99 > 20 ms: the generator or the
-     machine stalled) is repeated once, the gateway path after measuring saturation again at 32
-     connections; if it still did not, the verdict is "not measured" rather than a figure.
+     machine stalled) or during which the host stole more than 3% of the CPUs' time
+     (``host_steal_pct``, from /proc/stat: on a virtual machine whose host is oversubscribed
+     the vCPUs stop for ms at a time, and on the shared 2-CPU machine this was written on a
+     run with 14-18% steal had 5-10x the p99 of one with under 2%) is repeated, up to three
+     runs, the gateway path after measuring saturation again at 32 connections; if none kept
+     it, the verdict is "not measured" rather than a figure.
   3. direct backend path, same run: the same open loop (same rate, request count and pool size)
      of ``Core.execute(Produce)`` of the same record into an embedded backend of the same
      configuration in this process: the command the gateway executes for the request, without
@@ -97,6 +101,11 @@ SIZES = (100, 1024)
 BATCH = 1000
 TARGET_ADDED_P99_MS = 2.0
 MAX_LAG_MS = 20.0  # a scheduler later than this at p99 was stalled: the run is repeated
+# the host ran something else on our virtual CPUs for more than this share of the run's CPU
+# time (/proc/stat steal): both processes were stalled at random for ms at a time, and that
+# tail says nothing about the gateway, so the run is repeated
+MAX_STEAL_PCT = 3.0
+ATTEMPTS = 3  # runs per path before a verdict of "not measured"
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -119,10 +128,12 @@ def records(n: int, size: int) -> list[Record]:
     return [Record(None, value, (), ts, -1) for _ in range(n)]
 
 
-def machine_jiffies() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+def machine_jiffies() -> tuple[int, int, int]:
+    """(busy, steal, total) jiffies of all CPUs since boot, from /proc/stat. Steal is time a
+    virtual CPU was ready to run but the host ran something else: a stall neither the gateway
+    nor the generator can see coming."""
     fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return sum(fields) - fields[3] - fields[4], sum(fields)
+    return sum(fields) - fields[3] - fields[4], fields[7], sum(fields)
 
 
 def rss_bytes(pid: int) -> int:
@@ -236,9 +247,9 @@ async def measured_open_loop(
     with generator_gc_paused():
         cpu0 = cpu_seconds(gw_pid) if gw_pid else 0.0
         own0 = time.process_time()
-        busy0, total0 = machine_jiffies()
+        busy0, steal0, total0 = machine_jiffies()
         run = await open_loop(senders, rate, count)
-        busy1, total1 = machine_jiffies()
+        busy1, steal1, total1 = machine_jiffies()
         own = time.process_time() - own0
         cpu = cpu_seconds(gw_pid) - cpu0 if gw_pid else 0.0
     out: dict[str, Any] = summary_ms(run.latencies)
@@ -250,6 +261,7 @@ async def measured_open_loop(
     out["machine_busy_cpus"] = round(
         (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1), 2
     )
+    out["host_steal_pct"] = round(100 * (steal1 - steal0) / max(1, total1 - total0), 1)
     if gw_pid:
         out["gateway_cpu_us_per_request"] = round(cpu / count * 1e6, 1)
     out["client_cpu_us_per_request"] = round(own / count * 1e6, 1)
@@ -313,9 +325,14 @@ async def closed_loop(drivers: Sequence[Driver], topic: str, seconds: float, pid
 
 
 def trustworthy(run: dict[str, Any]) -> bool:
-    """The open loop kept its schedule: it sent at the rate asked and its scheduler was never
-    held up for long (a stalled generator or machine, not the system under test)."""
-    return not run["overloaded"] and run["schedule_lag_p99_ms"] <= MAX_LAG_MS
+    """The open loop kept its schedule: it sent at the rate asked, its scheduler was never
+    held up for long (a stalled generator or machine, not the system under test), and the host
+    did not steal the virtual CPUs for more than ``MAX_STEAL_PCT`` of the run."""
+    return (
+        not run["overloaded"]
+        and run["schedule_lag_p99_ms"] <= MAX_LAG_MS
+        and run["host_steal_pct"] <= MAX_STEAL_PCT
+    )
 
 
 async def load_latency(
@@ -323,8 +340,8 @@ async def load_latency(
 ) -> dict[str, Any]:
     """Saturation (closed loop at 1/4/32 connections), then the gateway path and the direct
     path at ``args.fraction`` of it: see the module docstring. A run that did not keep its
-    schedule is repeated once (the gateway path after measuring saturation again at 32
-    connections); both attempts are kept in the result."""
+    schedule or ran under host steal is repeated, up to ``ATTEMPTS`` runs (the gateway path
+    after measuring saturation again at 32 connections); every attempt is kept in the result."""
     topic = f"lat-{name}"
     await create(gw, topic)
     pid = gateway_pid(gw)
@@ -339,7 +356,7 @@ async def load_latency(
         }
         saturation = max(r["requests_per_s"] for r in conc.values())
         senders = [lambda d=d: d.produce(topic, one) for d in drivers[: args.pool]]
-        for attempt in range(2):
+        for attempt in range(ATTEMPTS):
             if attempt:
                 again = await closed_loop(drivers, topic, args.seconds, pid)
                 saturation = again["requests_per_s"]
@@ -355,10 +372,12 @@ async def load_latency(
     dtopic = f"direct-{name}"
     await direct.execute(CreateTopic(dtopic, 1))
     command = Produce(dtopic, RecordBatch(records=one), partition=0)
-    for _ in range(2):
+    direct_attempts: list[dict[str, Any]] = []
+    for _ in range(ATTEMPTS):
         direct_row = await measured_open_loop(
             [lambda: direct.execute(command)] * args.pool, rate, count, None
         )
+        direct_attempts.append(direct_row)
         if trustworthy(direct_row):
             break
     added = {
@@ -373,9 +392,10 @@ async def load_latency(
         "gateway": gateway,
         "direct": direct_row,
         **added,
-        # None: not measured (a run did not keep its schedule even when repeated)
+        # None: not measured (no run kept its schedule on a quiet host, even when repeated)
         "meets_target": added["added_p99_ms"] <= TARGET_ADDED_P99_MS if valid else None,
         "gateway_attempts": attempts,
+        "direct_attempts": direct_attempts,
     }
 
 
@@ -446,7 +466,7 @@ async def idle_connections(gw: GatewayProcess, idle: int, count: int) -> dict[st
 VERDICT = {
     True: "meets the 2 ms target",
     False: "OVER the 2 ms target",
-    None: "not measured: a run did not keep its schedule",
+    None: "not measured: no run kept its schedule on a host that did not steal its CPUs",
 }
 
 

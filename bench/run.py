@@ -381,13 +381,16 @@ def latency_section(lat: dict) -> list[str]:
         "free connection counts that wait: no coordinated omission); the scheduler's own lag "
         "behind the ideal send times is the `lag p99` column. The added figure includes the "
         "client's encode/decode, an upper bound on the gateway's share. `machine` = busy CPUs "
-        "of the whole machine during the gateway-path run (other work included).",
+        "of the whole machine during the gateway-path run (other work included); `steal` = the "
+        "share of the CPUs' time the virtual machine's host ran something else during the "
+        "gateway / direct run (/proc/stat): a run with more than 3% is repeated, up to three "
+        'runs, and with none under it the verdict is "not measured".',
         "",
         "| protocol | saturation req/s (gateway / generator CPU, cores) | load req/s (achieved) "
         "| gateway p50 / p99 / p999 ms | direct p50 / p99 / p999 ms | added p50 / p99 / p999 ms "
         f"| added p99 <= {target} ms | gateway CPU us/req | generator CPU us/req | lag p99 ms "
-        "gateway / direct | machine busy CPUs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "gateway / direct | machine busy CPUs | steal % gateway / direct |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p, r in protos.items():
         g, d = r["gateway"], r["direct"]
@@ -399,13 +402,16 @@ def latency_section(lat: dict) -> list[str]:
                     f" ({path} run did not keep its schedule: {fmt(run['achieved_rps'])} of "
                     f"{fmt(r['rate_rps'])} req/s, lag p99 {fmt(run['schedule_lag_p99_ms'])} ms)"
                 )
+            if run.get("host_steal_pct", 0) > 3:
+                verdict += f" ({path} run: the host stole {run['host_steal_pct']}% of the CPUs)"
         lines.append(
             f"| {p} | {fmt(r['saturation_rps'])} ({sat['gateway_cpu_cores']} / "
             f"{sat['generator_cpu_cores']}) | {fmt(r['rate_rps'])} ({fmt(g['achieved_rps'])}) | "
             f"{triple(g)} | {triple(d)} | {triple(r, 'added_')} | {verdict} | "
             f"{fmt(g.get('gateway_cpu_us_per_request'))} | "
             f"{fmt(g.get('client_cpu_us_per_request'))} | {fmt(g['schedule_lag_p99_ms'])} / "
-            f"{fmt(d['schedule_lag_p99_ms'])} | {g.get('machine_busy_cpus', '-')} |"
+            f"{fmt(d['schedule_lag_p99_ms'])} | {g.get('machine_busy_cpus', '-')} | "
+            f"{g.get('host_steal_pct', '-')} / {d.get('host_steal_pct', '-')} |"
         )
     met = [p for p, r in protos.items() if r["meets_target"]]
     missed = [p for p, r in protos.items() if r["meets_target"] is False]
@@ -413,7 +419,11 @@ def latency_section(lat: dict) -> list[str]:
     lines += [
         "",
         f"Met by: {', '.join(met) or 'none'}; not met by: {', '.join(missed) or 'none'}"
-        + (f"; not measured (machine too busy): {', '.join(unmeasured)}" if unmeasured else "")
+        + (
+            f"; not measured (busy machine or host steal): {', '.join(unmeasured)}"
+            if unmeasured
+            else ""
+        )
         + ". "
         "Closed-loop 1-record produces/s at 1 / 4 / 32 connections (the saturation search): "
         + "; ".join(

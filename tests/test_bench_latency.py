@@ -70,3 +70,13 @@ def test_percentiles(latency: ModuleType) -> None:
     samples = [i / 1000 for i in range(1, 1001)]  # 1..1000 ms
     s = latency.summary_ms(samples)
     assert (s["p50_ms"], s["p99_ms"], s["p999_ms"]) == (501.0, 991.0, 1000.0)
+
+
+def test_a_run_under_host_steal_is_not_trusted(latency: ModuleType) -> None:
+    """A run that kept its schedule is still repeated when the host stole the virtual CPUs for
+    more than MAX_STEAL_PCT of its time; schedule misses are untrusted whatever the steal."""
+    quiet = {"overloaded": False, "schedule_lag_p99_ms": 1.0, "host_steal_pct": 0.5}
+    assert latency.trustworthy(quiet)
+    assert not latency.trustworthy({**quiet, "host_steal_pct": latency.MAX_STEAL_PCT + 0.1})
+    assert not latency.trustworthy({**quiet, "overloaded": True})
+    assert not latency.trustworthy({**quiet, "schedule_lag_p99_ms": latency.MAX_LAG_MS + 1})
