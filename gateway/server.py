@@ -35,7 +35,7 @@ from gateway.observability import (
 )
 from gateway.protocols import get_protocol
 from gateway.protocols.base import ConnectionContext, ListenerConfig
-from gateway.streams import ConnectionTimeout, GuardedStream, PrefixedStream
+from gateway.streams import ConnectionTimeout, GuardedStream, PrefixedStream, sweep_interval
 
 log = structlog.get_logger("gateway.server")
 
@@ -165,12 +165,30 @@ class Server:
                 task = get_protocol(name).background
                 if task is not None:  # a protocol's listener-wide task (e.g. NATS ingestion)
                     background.start_soon(task, self.core, state.config)
+            background.start_soon(self._sweep_timeouts)
             try:
                 await self._serve(background, handle_signals, announce, freeze_heap, task_status)
             finally:
                 with trio.CancelScope(shield=True):
                     await self._close_backends()
                 background.cancel_scope.cancel()
+
+    async def _sweep_timeouts(self) -> None:
+        """End the waits for bytes whose idle or read timeout ran out, for every connection,
+        from this one task (see GuardedStream's ``swept``). The interval follows the
+        listeners' timeouts, read again each round so a reload's new values apply."""
+        while True:
+            await trio.sleep(
+                sweep_interval(
+                    t
+                    for state in self.listeners.values()
+                    for t in (state.config.idle_timeout_s, state.config.read_timeout_s)
+                )
+            )
+            now = trio.current_time()
+            for state in self.listeners.values():
+                for guarded in state.streams:
+                    guarded.expire_if_due(now)
 
     async def _close_backends(self) -> None:
         for backend in self.backends.values():
@@ -415,7 +433,10 @@ class Server:
         if source is not None:
             via, peer = peer, format_address(*source)
         guarded = GuardedStream(
-            inner, idle_timeout_s=cfg.idle_timeout_s, read_timeout_s=cfg.read_timeout_s
+            inner,
+            idle_timeout_s=cfg.idle_timeout_s,
+            read_timeout_s=cfg.read_timeout_s,
+            swept=True,
         )
         conn_log = log.bind(protocol=name, peer=peer)
         if via is not None:

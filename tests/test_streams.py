@@ -9,8 +9,9 @@ import struct
 
 import pytest
 import trio
+import trio.testing
 
-from gateway.streams import FastSocketStream, GuardedStream
+from gateway.streams import ConnectionTimeout, FastSocketStream, GuardedStream, sweep_interval
 
 
 async def stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
@@ -135,3 +136,97 @@ async def test_a_task_that_only_sends_still_lets_others_run() -> None:
         nursery.cancel_scope.cancel()
     await client.aclose()
     await fast.aclose()
+
+
+async def _swept_pair(**timeouts: float) -> tuple[trio.SocketStream, GuardedStream]:
+    client, server = await stream_pair()
+    return client, GuardedStream(server, swept=True, **timeouts)
+
+
+async def _receive_or_timeout(stream: GuardedStream, out: list[object]) -> None:
+    """One receive_some's result or ConnectionTimeout; a wait nothing ends fails the test
+    (after 10 s) rather than hanging it."""
+    try:
+        with trio.fail_after(10):
+            out.append(await stream.receive_some())
+    except ConnectionTimeout as exc:
+        out.append(exc)
+
+
+async def test_a_swept_idle_wait_ends_when_its_timeout_ran_out() -> None:
+    """A swept stream's wait has no cancel scope: its owner's expire_if_due ends it, and only
+    once the idle timeout has run out."""
+    client, guarded = await _swept_pair(idle_timeout_s=5.0)
+    outcome: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive_or_timeout, guarded, outcome)
+        await trio.testing.wait_all_tasks_blocked()
+        guarded.expire_if_due(trio.current_time() + 4.0)  # not yet due
+        await trio.testing.wait_all_tasks_blocked()
+        assert outcome == []
+        guarded.expire_if_due(trio.current_time() + 5.0)
+    assert len(outcome) == 1 and isinstance(outcome[0], ConnectionTimeout)
+    assert outcome[0].kind == "idle"
+    await client.aclose()
+    await guarded.aclose()
+
+
+async def test_a_swept_wait_inside_a_request_is_a_read_timeout() -> None:
+    client, guarded = await _swept_pair(idle_timeout_s=600.0, read_timeout_s=1.0)
+    await client.send_all(b"half a req")
+    assert await guarded.receive_some() == b"half a req"
+    outcome: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive_or_timeout, guarded, outcome)
+        await trio.testing.wait_all_tasks_blocked()
+        guarded.expire_if_due(trio.current_time() + 1.0)
+    assert len(outcome) == 1 and isinstance(outcome[0], ConnectionTimeout)
+    assert outcome[0].kind == "read"
+    await client.aclose()
+    await guarded.aclose()
+
+
+async def test_a_swept_wait_not_yet_due_still_gets_its_bytes_and_a_drain_ends_the_next() -> None:
+    client, guarded = await _swept_pair(idle_timeout_s=5.0)
+    got: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive_or_timeout, guarded, got)
+        await trio.testing.wait_all_tasks_blocked()
+        guarded.expire_if_due(trio.current_time())
+        await client.send_all(b"ping")
+    assert got == [b"ping"]
+    guarded.between_requests()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive_or_timeout, guarded, got)
+        await trio.testing.wait_all_tasks_blocked()
+        guarded.drain()  # the gateway stops: a handler waiting between requests sees the end
+    assert got == [b"ping", b""]
+    # the socket still works after the wake-up (nothing closed it)
+    await guarded.send_all(b"bye")
+    assert await client.receive_some() == b"bye"
+    await client.aclose()
+    await guarded.aclose()
+
+
+async def test_closing_a_swept_stream_under_a_wait_is_still_a_closed_resource() -> None:
+    client, guarded = await _swept_pair()
+    errors: list[BaseException] = []
+
+    async def receive() -> None:
+        try:
+            await guarded.receive_some()
+        except trio.ClosedResourceError as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(receive)
+        await trio.testing.wait_all_tasks_blocked()
+        await guarded.aclose()
+    assert len(errors) == 1
+    await client.aclose()
+
+
+def test_sweep_interval_follows_the_shortest_timeout() -> None:
+    assert sweep_interval([600.0, 60.0]) == 1.0
+    assert sweep_interval([600.0, 0.2]) == pytest.approx(0.02)
+    assert sweep_interval([0.001]) == 0.01
