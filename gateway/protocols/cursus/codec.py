@@ -595,19 +595,23 @@ class Ack:
 
 
 def encode_ack(ack: Ack) -> bytes:
-    obj: dict[str, object] = {
-        "status": ack.status,
-        "last_offset": ack.last_offset,
-        "producer_epoch": ack.producer_epoch,
-        "producer_id": ack.producer_id,
-        "seq_start": ack.seq_start,
-        "seq_end": ack.seq_end,
-    }
+    """Compact JSON, written field by field (one ack per produce: a dict through json.dumps
+    cost ~8 us of the gateway's ~250 per one-record produce)."""
+    text = (
+        f'{{"status":{_json_str(ack.status)},"last_offset":{int(ack.last_offset)},'
+        f'"producer_epoch":{int(ack.producer_epoch)},'
+        f'"producer_id":{_json_str(ack.producer_id)},'
+        f'"seq_start":{int(ack.seq_start)},"seq_end":{int(ack.seq_end)}'
+    )
     if ack.leader:
-        obj["leader"] = ack.leader
+        text += f',"leader":{_json_str(ack.leader)}'
     if ack.error:
-        obj["error"] = ack.error
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+        text += f',"error":{_json_str(ack.error)}'
+    return (text + "}").encode()
+
+
+def _json_str(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def decode_ack(body: bytes) -> Ack:

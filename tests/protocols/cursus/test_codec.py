@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -159,6 +160,28 @@ def test_ack_json_field_order_and_omitted_fields():
     assert codec.encode_ack(err).endswith(b',"error":"boom"}')
     with pytest.raises(RemoteProtocolError):
         codec.decode_ack(b"OK")
+
+
+def test_ack_strings_are_escaped_as_json_dumps_would() -> None:
+    """The ack is written field by field: strings with quotes, backslashes, control
+    characters and non-ASCII text come out as json.dumps writes them, and read back equal."""
+    odd = 'p"1\\\n\u00e9\u2603\x01'
+    ack = Ack("OK", 7, 2, odd, 5, 9, leader='h"ost:1', error="")
+    reference = json.dumps(
+        {
+            "status": "OK",
+            "last_offset": 7,
+            "producer_epoch": 2,
+            "producer_id": odd,
+            "seq_start": 5,
+            "seq_end": 9,
+            "leader": 'h"ost:1',
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode()
+    assert codec.encode_ack(ack) == reference
+    assert codec.decode_ack(reference) == ack
 
 
 # --------------------------------------------------------------------------- text commands
