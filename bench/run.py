@@ -383,8 +383,10 @@ def latency_section(lat: dict) -> list[str]:
         "client's encode/decode, an upper bound on the gateway's share. `machine` = busy CPUs "
         "of the whole machine during the gateway-path run (other work included); `steal` = the "
         "share of the CPUs' time the virtual machine's host ran something else during the "
-        "gateway / direct run (/proc/stat): a run with more than 3% is repeated, up to three "
-        'runs, and with none under it the verdict is "not measured".',
+        "gateway / direct run (/proc/stat). Each round is one gateway-path run, then one "
+        "direct-path run at the same rate; a round with a run off its schedule or under more "
+        "than 3% steal is not counted, and the row shows the round with the median added p99 "
+        'of the counted ones (3 asked, up to 6 run; fewer counted: "not measured").',
         "",
         "| protocol | saturation req/s (gateway / generator CPU, cores) | load req/s (achieved) "
         "| gateway p50 / p99 / p999 ms | direct p50 / p99 / p999 ms | added p50 / p99 / p999 ms "
@@ -396,6 +398,12 @@ def latency_section(lat: dict) -> list[str]:
         g, d = r["gateway"], r["direct"]
         sat = max(r["concurrency"].values(), key=lambda v: v["requests_per_s"])
         verdict = {True: "yes", False: "NO", None: "not measured"}[r["meets_target"]]
+        counted = r.get("added_p99_ms_of_counted_rounds")
+        if counted is not None:
+            verdict += (
+                f" (added p99 of the {len(counted)} counted of {len(r['rounds'])} rounds: "
+                f"{' / '.join(fmt(x) for x in counted) or '-'})"
+            )
         for path, run in (("gateway", g), ("direct", d)):
             if run.get("overloaded") or run["schedule_lag_p99_ms"] > 20:
                 verdict += (

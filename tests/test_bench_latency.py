@@ -80,3 +80,10 @@ def test_a_run_under_host_steal_is_not_trusted(latency: ModuleType) -> None:
     assert not latency.trustworthy({**quiet, "host_steal_pct": latency.MAX_STEAL_PCT + 0.1})
     assert not latency.trustworthy({**quiet, "overloaded": True})
     assert not latency.trustworthy({**quiet, "schedule_lag_p99_ms": latency.MAX_LAG_MS + 1})
+
+
+def test_the_median_round_is_the_middle_or_the_worse_middle(latency: ModuleType) -> None:
+    rounds = [{"added_p99_ms": x} for x in (9.0, 1.0, 2.0)]
+    assert latency.median_round(rounds)["added_p99_ms"] == 2.0
+    assert latency.median_round(rounds[:2])["added_p99_ms"] == 9.0  # even: the worse middle
+    assert latency.median_round([{"added_p99_ms": 3.0}])["added_p99_ms"] == 3.0
