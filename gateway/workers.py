@@ -19,11 +19,20 @@ import signal
 import socket
 import sys
 
+import structlog
 import trio
 
 from gateway.config import GatewayConfig
 
 SHAREABLE_BACKENDS = frozenset({"nats", "kafka", "upstream", "memory"})
+# listeners that keep state in the process beside the backend (README "Scale-out")
+PER_PROCESS_STATE = {
+    "cursus": "consumer-group memberships (JOIN/SYNC/HEARTBEAT) and assignments",
+    "iggy": "consumer-group memberships",
+    "liftbridge": "paused and readonly partition flags",
+}
+
+log = structlog.get_logger("gateway.workers")
 
 
 class WorkersError(Exception):
@@ -82,6 +91,16 @@ def check_shareable(config: GatewayConfig) -> None:
         )
 
 
+def per_process_state(config: GatewayConfig) -> list[str]:
+    """What the enabled listeners keep per process, which workers do not share: members of
+    one group connected to different workers form separate groups (overlapping assignments)."""
+    return [
+        f"{name}: {what}"
+        for name, what in PER_PROCESS_STATE.items()
+        if name in config.listeners and config.listeners[name].enabled
+    ]
+
+
 def _hold_ports(config: GatewayConfig) -> tuple[GatewayConfig, list[socket.socket]]:
     """Bind (not listen) one SO_REUSEPORT socket per port so that port 0 becomes one concrete
     port shared by all workers; returns the config with the concrete ports."""
@@ -131,6 +150,14 @@ def run_workers(config: GatewayConfig, workers: int) -> int:
     """Fork ``workers`` servers on shared ports; prints the ``listening`` line once every worker
     listens; returns the worst exit code."""
     check_shareable(config)
+    unshared = per_process_state(config)
+    if unshared:
+        log.warning(
+            "workers_do_not_share",
+            state=unshared,
+            advice="members of one consumer group must reach the same worker: run one worker "
+            "for those listeners, or pin clients with a balancer",
+        )
     config, held = _hold_ports(config)
     ready_r, ready_w = os.pipe()
     children: list[int] = []

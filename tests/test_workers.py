@@ -92,3 +92,37 @@ def test_workers_refuse_the_embedded_log(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "embedded" in proc.stderr and "--workers" in proc.stderr
+
+
+def test_workers_warn_once_of_what_they_do_not_share(tmp_path: Path) -> None:
+    """Group memberships (Cursus, Iggy) live in each worker: the parent says so once at start
+    (members of one group on different workers would get overlapping assignments)."""
+    with GatewayProcess(
+        tmp_path,
+        listeners={"cursus": {}, "tank": {}},
+        backend="memory",
+        extra_args=("--workers", "2"),
+    ) as gw:
+        assert gw.stop() == 0
+    text = gw.log_text()
+    assert text.count("workers_do_not_share") == 1
+    assert (
+        "consumer-group memberships" in text
+        and "tank" not in text.split("workers_do_not_share")[1].split("\n")[0]
+    )
+
+
+def test_per_process_state_lists_only_enabled_listeners(tmp_path: Path) -> None:
+    from gateway.config import load_config
+    from gateway.workers import per_process_state
+
+    path = tmp_path / "gw.toml"
+    path.write_text(write_toml(make_config(tmp_path, {"tank": {}}, backend="memory")))
+    assert per_process_state(load_config(path)) == []
+    path.write_text(
+        write_toml(make_config(tmp_path, {"iggy": {}, "liftbridge": {}}, backend="memory"))
+    )
+    assert [line.split(":")[0] for line in per_process_state(load_config(path))] == [
+        "iggy",
+        "liftbridge",
+    ]
