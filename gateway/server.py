@@ -60,6 +60,14 @@ class ListenerState:
     core: Any = None  # the core as this listener's ACL lets it see it
 
 
+def sole_exception(exc: BaseException) -> BaseException:
+    """What a handler raised, out of the exception groups of the nurseries it passed through
+    (a timeout inside a session's nursery arrives wrapped); a group of several stays a group."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def make_ssl_context(cfg: ListenerConfig) -> ssl.SSLContext | None:
     """The listener's server-side TLS context, or None for plain TCP."""
     if not cfg.tls_cert:
@@ -463,14 +471,16 @@ class Server:
         reason = "closed"
         try:
             await get_protocol(name).handle_connection(guarded, ctx)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            reason = "peer_reset"
-        except ConnectionTimeout as exc:
-            reason = f"{exc.kind}_timeout"
-            PROTOCOL_ERRORS.labels(protocol=name, kind=reason).inc()
-        except Exception as exc:  # a bug in one connection never takes the process down
-            reason = "error"
-            conn_log.exception("connection_failed", error=repr(exc))
+        except Exception as raised:  # a bug in one connection never takes the process down
+            exc = sole_exception(raised)
+            if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
+                reason = "peer_reset"
+            elif isinstance(exc, ConnectionTimeout):
+                reason = f"{exc.kind}_timeout"
+                PROTOCOL_ERRORS.labels(protocol=name, kind=reason).inc()
+            else:
+                reason = "error"
+                conn_log.exception("connection_failed", error=repr(exc))
         finally:
             state.connections.discard(ctx)
             state.streams.discard(guarded)

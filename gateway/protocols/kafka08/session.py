@@ -129,7 +129,6 @@ class Session:
         self.node_id = getattr(self.cfg, "node_id", 0)
         self.message_max_bytes = getattr(self.cfg, "message_max_bytes", 1_000_012)
         self.api_versions = getattr(self.cfg, "api_versions", True)
-        self._recv_scope: trio.CancelScope | None = None
         self._draining = False
         self._records_in = labelled(RECORDS_IN, PROTOCOL)
         self._records_out = labelled(RECORDS_OUT, PROTOCOL)
@@ -166,8 +165,6 @@ class Session:
     async def _watch_shutdown(self) -> None:
         await self.ctx.shutdown.wait()
         self._draining = True
-        if self._recv_scope is not None:
-            self._recv_scope.cancel()
 
     async def _send(self, stream: trio.abc.Stream, out: list[bytes]) -> None:
         if out:
@@ -193,7 +190,7 @@ class Session:
         """Answer every complete request in the buffer, in order, then read more. Answers to
         pipelined requests go out together, but never wait behind a long-polling Fetch."""
         conn = c.ServerConnection(self.cfg.max_frame_bytes)
-        idle = self.cfg.idle_timeout_s
+        between_requests = getattr(stream, "between_requests", None)
         out: list[bytes] = []
         while True:
             try:
@@ -227,12 +224,12 @@ class Session:
             await self._send(stream, out)
             if self._draining:
                 return
-            with trio.move_on_after(idle) as scope:
-                self._recv_scope = scope
-                data = await stream.receive_some(RECEIVE_BYTES)
-            self._recv_scope = None
-            if scope.cancelled_caught:
-                return  # idle timeout or drain
+            if not conn.buffered and between_requests is not None:
+                between_requests()  # answers may be pending, but no request is half read
+            # the idle timeout and the drain are the server's GuardedStream's: a wait between
+            # requests ends with ConnectionTimeout or, on shutdown, end of stream (a cancel
+            # scope of our own per wait cost ~20 us of a ~300 us request)
+            data = await stream.receive_some(RECEIVE_BYTES)
             if not data:
                 if conn.buffered:
                     protocol_error(

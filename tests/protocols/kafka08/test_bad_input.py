@@ -114,6 +114,23 @@ def test_peer_closing_inside_a_frame_is_counted(
     still_works(bystander)
 
 
+def test_idle_and_half_sent_connections_time_out_and_are_counted(tmp_path) -> None:
+    """The listener's idle and read timeouts close a quiet connection (after an answer) and one
+    that stopped inside a frame, each counted by kind."""
+    listener = {"idle_timeout_s": 0.5, "read_timeout_s": 0.5}
+    with GatewayProcess(tmp_path, listeners={"kafka08": listener}) as gw:
+        quiet = RawClient(gw.address("kafka08"))
+        quiet.call(3, 0, c.METADATA_REQUEST([]))
+        half = RawClient(gw.address("kafka08"))
+        half.send_raw(struct.pack(">i", 100) + b"\x00\x03" * 10)  # 20 of 100 bytes
+        assert quiet.closed_by_peer()
+        assert half.closed_by_peer()
+        assert protocol_errors(gw, "idle_timeout") == 1
+        assert protocol_errors(gw, "read_timeout") == 1
+        quiet.close()
+        half.close()
+
+
 def test_api_versions_closes_when_disabled(tmp_path) -> None:
     listener = {"api_versions": False}
     with GatewayProcess(tmp_path, listeners={"kafka08": listener}) as gw:
