@@ -216,11 +216,26 @@ class Session:
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass
                 return
-            for ev in events:
+            i = 0
+            n = len(events)
+            while i < n:
+                ev = events[i]
+                i += 1
                 t = type(ev)
                 if t is MessageReceived:
                     await self._on_message(ev)
                 elif t is CallStarted:
+                    if (
+                        not self.calls
+                        and not self.draining
+                        and ev.timeout_s is None
+                        and ev.method.name == "PublishAsync"
+                    ):
+                        done = _whole_call(events, i, ev.stream_id)
+                        if done >= 0:
+                            await self._publish_inline(ev, events, i, done)
+                            i = done + 1
+                            continue
                     self._on_call(ev, nursery)
                 elif t is HalfClosed:
                     self._on_half_closed(ev.stream_id, nursery)
@@ -381,6 +396,46 @@ class Session:
             take_queued(batch)
             await self.service.publish_async(batch, inbox, respond)
 
+    async def _publish_inline(
+        self, ev: CallStarted, events: list[Any], first: int, half_closed: int
+    ) -> None:
+        """A whole PublishAsync call in one read (its HEADERS, messages and END_STREAM: the
+        usual shape of a one-message publish) with no other call in flight: handled here in
+        the reader, without the call's task, channel and cancel scopes. The same frames go
+        out as from ``_run_call``; the reader reads nothing more until the core has stored
+        the messages, which with nothing else in flight only delays this client's next
+        bytes (TCP holds them). A call with a grpc-timeout takes the task path (its
+        deadline needs a scope)."""
+        call = _Call(ev.stream_id, ev.method, ev.timeout_s)
+        self.calls[ev.stream_id] = call
+        batch: list[Any] = []
+        for j in range(first, half_closed):
+            batch.extend(events[j].messages)
+        sid = call.stream_id
+        conn = self.conn
+        status: int = Status.OK
+        message = ""
+        started = time.perf_counter()
+
+        def respond(messages: list[Any]) -> None:
+            conn.send_raw(sid, b"".join(messages))
+
+        try:
+            if batch:
+                await self.service.publish_async(batch, new_inbox(), respond)
+        except RpcError as exc:
+            status, message = exc.status, exc.message
+        except GatewayError as exc:
+            err = rpc_error(exc)
+            status, message = err.status, err.message
+        except Exception as exc:
+            self.log.exception("rpc_failed", method="PublishAsync", error=repr(exc))
+            status, message = Status.INTERNAL, f"internal error: {exc!r}"
+        conn.send_trailers(sid, status, message)
+        self.calls.pop(sid, None)
+        self._count("PublishAsync", status, time.perf_counter() - started)
+        self._call_done()
+
     def _count(self, name: str, status: int, seconds: float) -> None:
         outcome = "ok" if status == Status.OK else Status(status).name.lower()
         labelled(REQUESTS, PROTOCOL, name, outcome).inc()
@@ -408,6 +463,24 @@ class Session:
         await self._send_pending()
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
+
+
+def _whole_call(events: list[Any], start: int, stream_id: int) -> int:
+    """The index of the HalfClosed that ends ``stream_id`` when the events from ``start`` are
+    only that call's messages then its HalfClosed; -1 otherwise."""
+    n = len(events)
+    i = start
+    while i < n:
+        ev = events[i]
+        t = type(ev)
+        if getattr(ev, "stream_id", -1) != stream_id:
+            return -1
+        if t is HalfClosed:
+            return i
+        if t is not MessageReceived:
+            return -1
+        i += 1
+    return -1
 
 
 async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> None:
