@@ -34,6 +34,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import h2.stream
+import hpack
 
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 
@@ -335,6 +336,49 @@ class _Stream:
         self.consumed = 0  # bytes taken on the fast path not yet granted back
 
 
+class _CachingDecoder(hpack.Decoder):
+    """h2's HPACK decoder, with the decoded header list of a block kept by the block's bytes
+    while the dynamic table stays as it was. A client repeats the same request headers on
+    every call; once they are in its table they come as the same indexed fields (the same
+    bytes) each time, and decoding them again was a large part of a one-message call. A block
+    is kept only when decoding it left the table unchanged (indexed fields, literals without
+    indexing); any block that changes the table (an insertion, an eviction, a size update)
+    empties the cache, so a kept block is only reused against the table it was decoded with.
+    The limits a decode checks (list size, table size) are part of the key."""
+
+    _CACHE_BLOCKS = 32
+
+    def __init__(self, max_header_list_size: int) -> None:
+        super().__init__(max_header_list_size)
+        self._cache: dict[tuple[bytes, bool], tuple[tuple[int, int, int], list[Any]]] = {}
+
+    def decode(self, data: bytes, raw: bool = False) -> list[Any]:  # type: ignore[override]
+        key = (bytes(data), raw)
+        table = self.header_table
+        limits = (self.max_header_list_size, self.max_allowed_table_size, table.maxsize)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == limits:
+            return list(hit[1])
+        entries = table.dynamic_entries
+        count = len(entries)
+        newest = entries[0] if count else None
+        size = table._current_size
+        headers = list(super().decode(data, raw))
+        if (
+            len(entries) != count
+            or (entries[0] if entries else None) is not newest
+            or table._current_size != size
+            or table.maxsize != limits[2]
+        ):
+            self._cache.clear()
+        else:
+            if len(self._cache) >= self._CACHE_BLOCKS:
+                self._cache.clear()
+            self._cache[key] = (limits, headers)
+            headers = list(headers)
+        return headers
+
+
 class GrpcConnection:
     """One HTTP/2 connection carrying gRPC calls. ``client=False`` serves, ``True`` calls."""
 
@@ -352,6 +396,7 @@ class GrpcConnection:
             client_side=client, header_encoding=None, validate_inbound_headers=True
         )
         self._h2 = h2.connection.H2Connection(config=config)
+        self._h2.decoder = _CachingDecoder(self._h2.decoder.max_header_list_size)
         self._streams: dict[int, _Stream] = {}
         self._closed = False  # h2 is closed (the peer's GOAWAY, a protocol error)
         self._goaway_sent = False  # our GOAWAY (drain)
