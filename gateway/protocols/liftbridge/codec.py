@@ -352,6 +352,15 @@ class _CachingDecoder(hpack.Decoder):
         super().__init__(max_header_list_size)
         self._cache: dict[tuple[bytes, bool], tuple[tuple[int, int, int], list[Any]]] = {}
 
+    @staticmethod
+    def fits(stock: Any) -> bool:
+        """The cache reads hpack's table internals (``dynamic_entries``, ``_current_size``,
+        hpack 4.x): with another hpack the stock decoder stays, uncached."""
+        table = getattr(stock, "header_table", None)
+        return isinstance(stock, hpack.Decoder) and all(
+            hasattr(table, name) for name in ("dynamic_entries", "_current_size", "maxsize")
+        )
+
     def decode(self, data: bytes, raw: bool = False) -> list[Any]:  # type: ignore[override]
         key = (bytes(data), raw)
         table = self.header_table
@@ -396,7 +405,10 @@ class GrpcConnection:
             client_side=client, header_encoding=None, validate_inbound_headers=True
         )
         self._h2 = h2.connection.H2Connection(config=config)
-        self._h2.decoder = _CachingDecoder(self._h2.decoder.max_header_list_size)
+        stock = self._h2.decoder
+        if _CachingDecoder.fits(stock):
+            self._h2.decoder = _CachingDecoder(stock.max_header_list_size)
+            self._h2.decoder.max_allowed_table_size = stock.max_allowed_table_size
         self._streams: dict[int, _Stream] = {}
         self._closed = False  # h2 is closed (the peer's GOAWAY, a protocol error)
         self._goaway_sent = False  # our GOAWAY (drain)
