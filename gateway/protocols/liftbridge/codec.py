@@ -34,6 +34,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import h2.stream
+import h2.utilities
 import hpack
 
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
@@ -45,6 +46,13 @@ _GOAWAY_PROTOCOL_ERROR = bytes.fromhex("000008 07 00 00000000 00000000 00000001"
 DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
 LOCAL_WINDOW = 4 << 20  # our receive window per stream and for the connection
 _MAX_WINDOW = 2**31 - 1  # RFC 7540 6.9.1
+_REQUEST_FLAGS = h2.utilities.HeaderValidationFlags(
+    is_client=False, is_trailer=False, is_response_header=False, is_push_promise=False
+)
+_TRAILER_FLAGS = _REQUEST_FLAGS._replace(is_trailer=True)
+# header lists (with their flags) that passed validation, shared by every server connection
+_VALID_HEADERS: dict[tuple[Any, ...], None] = {}
+_VALID_HEADERS_KEPT = 256
 # stream states in which h2 lets us send DATA
 _SEND_STATES = frozenset({h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_REMOTE})
 # stream states in which h2 applies a received WINDOW_UPDATE to the stream's window
@@ -401,8 +409,10 @@ class GrpcConnection:
         self.client = client
         self.max_message_bytes = max_message_bytes
         self.methods = METHODS if methods is None else methods
+        # a server validates request headers itself, once per distinct header list
+        # (_check_inbound); h2 validates every block again, a sixth of a one-message call
         config = h2.config.H2Configuration(
-            client_side=client, header_encoding=None, validate_inbound_headers=True
+            client_side=client, header_encoding=None, validate_inbound_headers=client
         )
         self._h2 = h2.connection.H2Connection(config=config)
         stock = self._h2.decoder
@@ -637,6 +647,8 @@ class GrpcConnection:
                 if st is not None and not self._trailers_only(st, headers, out):
                     out.append(ResponseStarted(ev.stream_id, headers))
             elif t is h2.events.TrailersReceived:
+                if not self.client:
+                    self._check_inbound(ev.headers, _TRAILER_FLAGS)
                 st = self._streams.get(ev.stream_id)
                 if st is not None:
                     status, message = _status_of(tuple(ev.headers))
@@ -661,7 +673,28 @@ class GrpcConnection:
         out.append(CallEnded(st.stream_id, status, message))
         return True
 
+    def _check_inbound(self, headers: list[Any], flags: h2.utilities.HeaderValidationFlags) -> None:
+        """h2's own validation of a received header list (RFC 7540 8.1.2), run once per
+        distinct list and flags: clients send the same request headers on every call. A list
+        that fails ends the connection as h2 does with validation on: GOAWAY PROTOCOL_ERROR,
+        then RemoteProtocolError."""
+        key = (tuple(headers), flags)
+        if key in _VALID_HEADERS:
+            return
+        try:
+            for _ in h2.utilities.validate_headers(key[0], flags):
+                pass
+        except h2.exceptions.ProtocolError as exc:
+            self._h2.close_connection(error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            self._out_extra += self._h2.data_to_send()
+            self._closed = self._broken = True
+            raise RemoteProtocolError(f"HTTP/2 protocol error: {exc}") from exc
+        if len(_VALID_HEADERS) >= _VALID_HEADERS_KEPT:
+            _VALID_HEADERS.clear()
+        _VALID_HEADERS[key] = None
+
     def _on_request(self, ev: h2.events.RequestReceived, out: list[Event]) -> None:
+        self._check_inbound(ev.headers, _REQUEST_FLAGS)
         sid = ev.stream_id
         method = path = content_type = None
         timeout: float | None = None

@@ -4,10 +4,11 @@ table, and blocks that change it are always decoded."""
 
 from __future__ import annotations
 
+import h2.utilities
 import hpack
 import pytest
 
-from gateway.protocols.liftbridge.codec import CallStarted, GrpcConnection
+from gateway.protocols.liftbridge.codec import CallStarted, GrpcConnection, RemoteProtocolError
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000 04 00 00000000")
 PATH = b"/proto.API/PublishAsync"
@@ -90,3 +91,61 @@ def test_a_table_size_update_is_not_skipped() -> None:
     assert _metadata(events) == []
     with pytest.raises(Exception, match="HTTP/2 protocol error"):
         server.receive_data(_headers(7, COMMON + NEWEST))
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    """A literal header field without indexing, new name."""
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def _goaway_code(data: bytes) -> int:
+    pos = 0
+    while pos < len(data):
+        n = int.from_bytes(data[pos : pos + 3], "big")
+        if data[pos + 3] == 0x07:
+            return int.from_bytes(data[pos + 13 : pos + 17], "big")
+        pos += 9 + n
+    raise AssertionError("no GOAWAY")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        _literal(b"X-Upper", b"1"),  # uppercase name
+        _literal(b"connection", b"keep-alive"),  # connection-specific header
+        _literal(b"te", b"gzip"),  # te other than trailers
+        _literal(b"x-n", b"a\nb"),  # illegal character
+    ],
+)
+def test_invalid_request_headers_end_the_connection_each_time(bad: bytes) -> None:
+    """Validation runs once per distinct header list; a list that fails is never kept, so a
+    second connection sending it is refused too (GOAWAY PROTOCOL_ERROR)."""
+    for _ in range(2):
+        server = GrpcConnection()
+        server.initiate()
+        server.receive_data(PREFACE)
+        server.data_to_send()
+        assert _metadata(server.receive_data(_headers(1, COMMON))) == []
+        with pytest.raises(RemoteProtocolError, match="HTTP/2 protocol error"):
+            server.receive_data(_headers(3, COMMON + bad))
+        assert _goaway_code(server.data_to_send()) == 1  # PROTOCOL_ERROR
+        assert server.receive_data(_headers(5, COMMON)) == []  # nothing after it
+
+
+def test_valid_request_headers_are_validated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[object] = []
+    original = h2.utilities.validate_headers
+
+    def counting(headers: object, flags: object) -> object:
+        checked.append(flags)
+        return original(headers, flags)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(h2.utilities, "validate_headers", counting)
+    block = COMMON + _literal(b"x-once", b"1")
+    for _ in range(2):  # two connections, three calls each
+        server = GrpcConnection()
+        server.initiate()
+        server.receive_data(PREFACE)
+        for sid in (1, 3, 5):
+            assert _metadata(server.receive_data(_headers(sid, block))) == [(b"x-once", b"1")]
+    assert len(checked) == 1
