@@ -53,6 +53,10 @@ _TRAILER_FLAGS = _REQUEST_FLAGS._replace(is_trailer=True)
 # header lists (with their flags) that passed validation, shared by every server connection
 _VALID_HEADERS: dict[tuple[Any, ...], None] = {}
 _VALID_HEADERS_KEPT = 256
+_DETACHED_CALLS = 100  # calls in progress above which a new one goes through h2 (its stream limit)
+_DETACH_STATES = frozenset(
+    {h2.connection.ConnectionState.IDLE, h2.connection.ConnectionState.SERVER_OPEN}
+)
 # stream states in which h2 lets us send DATA
 _SEND_STATES = frozenset({h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_REMOTE})
 # stream states in which h2 applies a received WINDOW_UPDATE to the stream's window
@@ -327,6 +331,8 @@ class _Stream:
         "closed",
         "remote_closed",
         "consumed",
+        "detached",
+        "send_window",
     )
 
     def __init__(self, stream_id: int, method: MethodSpec | None) -> None:
@@ -342,6 +348,10 @@ class _Stream:
         self.closed = False
         self.remote_closed = False  # the peer ended its side
         self.consumed = 0  # bytes taken on the fast path not yet granted back
+        # a call h2 never saw (``GrpcConnection._detach``): its frames in and out are ours,
+        # with the peer's window for it in ``send_window``
+        self.detached = False
+        self.send_window = 0
 
 
 class _CachingDecoder(hpack.Decoder):
@@ -368,6 +378,19 @@ class _CachingDecoder(hpack.Decoder):
         return isinstance(stock, hpack.Decoder) and all(
             hasattr(table, name) for name in ("dynamic_entries", "_current_size", "maxsize")
         )
+
+    def cached(self, data: bytes | memoryview) -> list[Any] | None:
+        """The raw header list of a block kept against the current table, else None; nothing
+        changes either way."""
+        table = self.header_table
+        hit = self._cache.get((bytes(data), True))
+        if hit is None or hit[0] != (
+            self.max_header_list_size,
+            self.max_allowed_table_size,
+            table.maxsize,
+        ):
+            return None
+        return list(hit[1])
 
     def decode(self, data: bytes, raw: bool = False) -> list[Any]:  # type: ignore[override]
         key = (bytes(data), raw)
@@ -430,6 +453,14 @@ class GrpcConnection:
         self._conn_consumed = 0
         self._flush_needed = False
         self._dirty: dict[int, _Stream] = {}  # streams with queued output not yet given to h2
+        # calls may bypass h2 (see _detach) only with the internals that path reads
+        self._can_detach = (
+            not client
+            and isinstance(self._h2.decoder, _CachingDecoder)
+            and hasattr(self._h2.encoder, "_encode_table_size_change")
+            and hasattr(self._h2.encoder.header_table, "resized")
+            and hasattr(self._h2.incoming_buffer, "_headers_buffer")
+        )
         self._blocked: dict[int, _Stream] = {}  # streams waiting for the peer's window
 
     # ------------------------------------------------------------------ connection
@@ -523,7 +554,47 @@ class GrpcConnection:
             if end - pos - 9 < length:
                 break
             kind = buf[pos + 3]
-            if kind == 0 and buf[pos + 4] == 0 and length <= max_frame:
+            if kind == 1 and self._can_detach and buf[pos + 4] & 0xFA == 0 and buf[pos + 4] & 4:
+                if run >= 0:
+                    out += self._h2_feed(bytes(buf[run:pos]))
+                    run = -1
+                if self._detach(buf, pos, length, end, out):
+                    pos += 9 + length
+                    continue
+            elif kind == 0 and buf[pos + 4] and buf[pos + 4] & 0xF6 == 0 and length <= max_frame:
+                # END_STREAM and/or PADDED: ours only on a call h2 never saw
+                sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                st = streams.get(sid)
+                if st is not None and st.detached and not st.remote_closed:
+                    flags = buf[pos + 4]
+                    start, stop = pos + 9, pos + 9 + length
+                    if flags & 0x08:
+                        if not length or buf[start] >= length:
+                            raise self._connection_error("DATA frame padding is too long")
+                        stop -= buf[start]
+                        start += 1
+                    if run >= 0:
+                        out += self._h2_feed(bytes(buf[run:pos]))
+                        run = -1
+                    if not st.failed:
+                        self._consume(st, memoryview(buf)[start:stop], out)
+                    self._fast_window(st, length)
+                    if flags & 0x01:
+                        self._on_stream_ended(sid, out)
+                    pos += 9 + length
+                    continue
+            elif kind == 3 and length == 4:
+                sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                st = streams.get(sid)
+                if st is not None and st.detached:
+                    if run >= 0:
+                        out += self._h2_feed(bytes(buf[run:pos]))
+                        run = -1
+                    self._drop(sid)
+                    out.append(CallReset(sid, int.from_bytes(buf[pos + 9 : pos + 13], "big")))
+                    pos += 13
+                    continue
+            elif kind == 0 and buf[pos + 4] == 0 and length <= max_frame:
                 sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
                 st = streams.get(sid)
                 if st is None and run >= 0:
@@ -597,7 +668,15 @@ class GrpcConnection:
                 self._flush_needed = True
             return True
         h2s = h2c.streams.get(sid)
-        if h2s is None or h2s.state_machine.state not in _WINDOW_STATES:
+        if h2s is None:
+            st = self._streams.get(sid)
+            if st is None or not st.detached or st.send_window + increment > _MAX_WINDOW:
+                return False
+            st.send_window += increment
+            if sid in self._blocked:
+                self._flush_needed = True
+            return True
+        if h2s.state_machine.state not in _WINDOW_STATES:
             return False
         window = h2s.outbound_flow_control_window + increment
         if window > _MAX_WINDOW:
@@ -685,22 +764,92 @@ class GrpcConnection:
             for _ in h2.utilities.validate_headers(key[0], flags):
                 pass
         except h2.exceptions.ProtocolError as exc:
-            self._h2.close_connection(error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
-            self._out_extra += self._h2.data_to_send()
-            self._closed = self._broken = True
-            raise RemoteProtocolError(f"HTTP/2 protocol error: {exc}") from exc
+            raise self._connection_error(str(exc)) from exc
         if len(_VALID_HEADERS) >= _VALID_HEADERS_KEPT:
             _VALID_HEADERS.clear()
         _VALID_HEADERS[key] = None
 
+    def _connection_error(self, message: str) -> RemoteProtocolError:
+        """End the connection as h2 does on a protocol error (GOAWAY PROTOCOL_ERROR); the
+        caller raises what this returns."""
+        self._h2.close_connection(error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
+        self._out_extra += self._h2.data_to_send()
+        self._closed = self._broken = True
+        return RemoteProtocolError(f"HTTP/2 protocol error: {message}")
+
+    def _detach(self, buf: bytearray, pos: int, length: int, end: int, out: list[Event]) -> bool:
+        """Take a new call at the HEADERS frame at ``pos`` without h2, when h2 would only
+        repeat what is known already: its header block is one the decoder keeps (the same
+        bytes against the same table, so decoding it changes nothing) and that passed
+        validation, and the whole request (the HEADERS, then only DATA frames of this stream
+        up to END_STREAM) is in the buffer, so no later frame of the call can reach h2. The
+        call's frames out are then written here too (``_Stream.detached``). h2's frame,
+        stream and event machinery for a call's HEADERS and END_STREAM was most of what a
+        one-message publish cost in the codec. False: h2 takes the frame."""
+        h2c = self._h2
+        sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        if (
+            self._closed
+            or self._goaway_sent
+            or not sid & 1
+            or sid <= h2c.highest_inbound_stream_id
+            or sid in h2c.streams
+            or len(self._streams) >= _DETACHED_CALLS
+            or h2c.state_machine.state not in _DETACH_STATES
+            or h2c.incoming_buffer._headers_buffer
+        ):
+            return False
+        if not buf[pos + 4] & 0x01:
+            # the rest of the request: DATA frames of this stream, the last with END_STREAM
+            at = pos + 9 + length
+            while True:
+                if end - at < 9:
+                    return False
+                size = (buf[at] << 16) | (buf[at + 1] << 8) | buf[at + 2]
+                if (
+                    end - at - 9 < size
+                    or buf[at + 3] != 0
+                    or buf[at + 4] & 0xF6
+                    or size > self._max_in_frame
+                    or int.from_bytes(buf[at + 5 : at + 9], "big") & 0x7FFFFFFF != sid
+                ):
+                    return False
+                if buf[at + 4] & 0x01:
+                    break
+                at += 9 + size
+        headers = h2c.decoder.cached(bytes(buf[pos + 9 : pos + 9 + length]))
+        if headers is None or (tuple(headers), _REQUEST_FLAGS) not in _VALID_HEADERS:
+            return False
+        for k, _ in headers:
+            if k == b"content-length":
+                return False  # h2 checks the body against it
+        h2c.state_machine.process_input(h2.connection.ConnectionInputs.RECV_HEADERS)
+        h2c.highest_inbound_stream_id = sid
+        st = self._open_call(sid, headers, out)
+        st.detached = True
+        st.send_window = h2c.remote_settings.initial_window_size
+        if buf[pos + 4] & 0x01:
+            self._on_stream_ended(sid, out)
+        return True
+
+    def _drop(self, sid: int) -> None:
+        """Forget a call (reset by the peer)."""
+        self._streams.pop(sid, None)
+        self._dirty.pop(sid, None)
+        self._blocked.pop(sid, None)
+
     def _on_request(self, ev: h2.events.RequestReceived, out: list[Event]) -> None:
         self._check_inbound(ev.headers, _REQUEST_FLAGS)
-        sid = ev.stream_id
+        self._open_call(ev.stream_id, ev.headers, out)
+
+    def _open_call(self, sid: int, headers: list[Any], out: list[Event]) -> _Stream:
+        """A new call from its validated request headers: CallStarted, or CallError for a
+        request gRPC refuses."""
         method = path = content_type = None
         timeout: float | None = None
         metadata: list[tuple[bytes, bytes]] = []
         bad_timeout = False
-        for k, v in ev.headers:
+        for k, v in headers:
             if k == b":path":
                 path = v
             elif k == b":method":
@@ -723,15 +872,15 @@ class GrpcConnection:
             self._reject(
                 st, Status.UNIMPLEMENTED, f"method {method!r} is not POST", "bad_call", out
             )
-            return
+            return st
         if content_type is None or not content_type.startswith(b"application/grpc"):
             self._reject(
                 st, Status.UNKNOWN, f"invalid gRPC content-type {content_type!r}", "bad_call", out
             )
-            return
+            return st
         if bad_timeout:
             self._reject(st, Status.INTERNAL, "malformed grpc-timeout", "bad_call", out)
-            return
+            return st
         spec = self.methods.get(name)
         if spec is None:
             self._reject(
@@ -743,9 +892,10 @@ class GrpcConnection:
                 "unknown_method",
                 out,
             )
-            return
+            return st
         st.method = spec
         out.append(CallStarted(sid, spec, timeout, tuple(metadata)))
+        return st
 
     def _reject(
         self, st: _Stream, status: Status, message: str, kind: str, out: list[Event]
@@ -882,7 +1032,9 @@ class GrpcConnection:
     def _send_response_headers(self, st: _Stream) -> None:
         if self.client:
             raise LocalProtocolError("a client sends its headers with start_call")
-        if not self._send_headers_block(st.stream_id, _RESPONSE_HEADERS_BLOCK, False):
+        if st.detached:
+            self._write_headers(st.stream_id, _RESPONSE_HEADERS_BLOCK, False)
+        elif not self._send_headers_block(st.stream_id, _RESPONSE_HEADERS_BLOCK, False):
             self._h2.send_headers(
                 st.stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")]
             )
@@ -919,6 +1071,32 @@ class GrpcConnection:
         extra += block
         return True
 
+    def _write_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
+        """HEADERS (and CONTINUATION) frames of a detached call: what h2's ``send_headers``
+        writes, with the HPACK table size update h2's encoder owes first, if any."""
+        if self._closed:
+            return
+        h2c = self._h2
+        encoder = h2c.encoder
+        if encoder.header_table.resized:
+            block = encoder._encode_table_size_change() + block
+            encoder.header_table.resized = False
+        h2c.state_machine.process_input(h2.connection.ConnectionInputs.SEND_HEADERS)
+        extra = self._out_extra
+        extra += h2c.data_to_send()
+        limit = h2c.max_outbound_frame_size
+        kind = 0x01
+        flags = 0x01 if end_stream else 0
+        while True:
+            chunk, block = block[:limit], block[limit:]
+            size = len(chunk)
+            last = 0x04 if not block else 0  # END_HEADERS
+            extra += _FRAME_HEAD.pack(size >> 8, size & 0xFF, kind, flags | last, sid)
+            extra += chunk
+            if not block:
+                return
+            kind, flags = 0x09, 0  # CONTINUATION
+
     def send_trailers(self, stream_id: int, status: int = 0, message: str = "") -> None:
         """Server role: end the call with a status (after the queued messages)."""
         if self.client:
@@ -929,6 +1107,12 @@ class GrpcConnection:
         trailers = [(b"grpc-status", str(int(status)).encode())]
         if message:
             trailers.append((b"grpc-message", encode_grpc_message(message)))
+        if not st.headers_sent and st.detached:
+            self._write_headers(
+                stream_id, _RESPONSE_HEADERS_BLOCK + _trailers_block(trailers), True
+            )
+            self._streams.pop(stream_id, None)
+            return
         if not st.headers_sent:
             # trailers-only response
             self._h2.send_headers(
@@ -943,7 +1127,12 @@ class GrpcConnection:
 
     def reset(self, stream_id: int, error_code: int = h2.errors.ErrorCodes.CANCEL) -> None:
         """Abort a stream (RST_STREAM)."""
-        if self._streams.pop(stream_id, None) is not None:
+        st = self._streams.pop(stream_id, None)
+        if st is not None and st.detached:
+            if not self._closed:
+                self._out_extra += self._h2.data_to_send()
+                self._out_extra += _RST_STREAM.pack(0, 4, 0x03, 0, stream_id, error_code)
+        elif st is not None:
             try:
                 self._h2.reset_stream(stream_id, error_code)
             except h2.exceptions.StreamClosedError:
@@ -993,8 +1182,14 @@ class GrpcConnection:
         h2c = self._h2
         sid = st.stream_id
         out = st.out
+        detached = st.detached
         while out:
-            window = min(h2c.local_flow_control_window(sid), h2c.max_outbound_frame_size)
+            window = min(
+                min(h2c.outbound_flow_control_window, st.send_window)
+                if detached
+                else h2c.local_flow_control_window(sid),
+                h2c.max_outbound_frame_size,
+            )
             if window <= 0:
                 self._blocked[sid] = st
                 return
@@ -1016,6 +1211,16 @@ class GrpcConnection:
                         parts.append(part)
                         size += len(part)
                     chunk = b"".join(parts)
+            if detached:
+                if not self._closed:
+                    h2c.outbound_flow_control_window -= size
+                    st.send_window -= size
+                    extra = self._out_extra
+                    extra += h2c.data_to_send()
+                    extra += _DATA_HEAD.pack(size >> 8, size & 0xFF, 0, 0, sid)
+                    extra += chunk
+                st.out_len -= size
+                continue
             h2s = h2c.streams.get(sid)
             if h2s is not None and h2s.state_machine.state in _SEND_STATES and not self._closed:
                 # What h2's send_data does for a plain DATA frame on a stream it would let us
@@ -1040,7 +1245,9 @@ class GrpcConnection:
             h2c.end_stream(sid)
             return
         assert isinstance(end, list)
-        if not self._send_headers_block(sid, _trailers_block(end), True):
+        if detached:
+            self._write_headers(sid, _trailers_block(end), True)
+        elif not self._send_headers_block(sid, _trailers_block(end), True):
             h2c.send_headers(sid, end, end_stream=True)
         self._streams.pop(sid, None)
 
@@ -1090,6 +1297,7 @@ _WINDOW_UPDATE = struct.Struct(">HBBBII")  # 24-bit length as H+B, type, flags, 
 _DATA_HEAD = struct.Struct(">HBBBI")  # 24-bit length as H+B, type 0, no flags, stream
 _FRAME_HEAD = struct.Struct(">HBBBI")  # 24-bit length as H+B, type, flags, stream
 _GOAWAY = struct.Struct(">HBBBIII")  # length, type, flags, stream 0, last stream id, error code
+_RST_STREAM = struct.Struct(">HBBBII")  # length, type 3, flags, stream, error code
 
 
 def _status_of(headers: tuple[tuple[bytes, bytes], ...]) -> tuple[int, str]:
