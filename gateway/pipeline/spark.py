@@ -31,8 +31,10 @@ logger.jetty.level = error
 # The throughput collector: the pipeline's jobs are batch work, where pause times matter less than
 # the CPU the collector takes. Measured on the export (bench/pipeline.py, together with
 # ``jobs.EXPORT_PARQUET_OPTIONS``): ~1 CPU-second less JVM time per 1M records than G1, which the
-# JVM picks on a 2-CPU machine (docs/decisions.md).
-DEFAULT_JAVA_OPTIONS = "-XX:+UseParallelGC"
+# JVM picks on a 2-CPU machine (docs/decisions.md). C2 only (no tiered compilation): Spark's
+# driver code, compiled again by C1 and C2 in every query, took 1.6 JIT CPU-seconds per 1M-record
+# export after two warm-ups, 0.3-0.4 without the tiers (bench/README.md, "Spark export").
+DEFAULT_JAVA_OPTIONS = "-XX:+UseParallelGC -XX:-TieredCompilation"
 
 
 def spark_session(
