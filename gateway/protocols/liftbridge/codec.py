@@ -1211,29 +1211,26 @@ class GrpcConnection:
                         parts.append(part)
                         size += len(part)
                     chunk = b"".join(parts)
-            if detached:
-                if not self._closed:
-                    h2c.outbound_flow_control_window -= size
-                    st.send_window -= size
-                    extra = self._out_extra
-                    extra += h2c.data_to_send()
-                    extra += _DATA_HEAD.pack(size >> 8, size & 0xFF, 0, 0, sid)
-                    extra += chunk
-                st.out_len -= size
-                continue
-            h2s = h2c.streams.get(sid)
-            if h2s is not None and h2s.state_machine.state in _SEND_STATES and not self._closed:
+            h2s = None if detached else h2c.streams.get(sid)
+            if detached or (
+                h2s is not None and h2s.state_machine.state in _SEND_STATES and not self._closed
+            ):
                 # What h2's send_data does for a plain DATA frame on a stream it would let us
                 # send on (the window and frame size were checked above): take the bytes from
                 # both windows and write the frame, after everything h2 queued before it.
                 # h2's path (state machines, a frame object, serialize) costs more than the
-                # acks the frame carries.
-                h2c.outbound_flow_control_window -= size
-                h2s.outbound_flow_control_window -= size
-                extra = self._out_extra
-                extra += h2c.data_to_send()
-                extra += _DATA_HEAD.pack(size >> 8, size & 0xFF, 0, 0, sid)
-                extra += chunk
+                # acks the frame carries. A detached call's window is ours; after h2 closed
+                # the connection its data is dropped.
+                if not self._closed:
+                    h2c.outbound_flow_control_window -= size
+                    if h2s is None:
+                        st.send_window -= size
+                    else:
+                        h2s.outbound_flow_control_window -= size
+                    extra = self._out_extra
+                    extra += h2c.data_to_send()
+                    extra += _DATA_HEAD.pack(size >> 8, size & 0xFF, 0, 0, sid)
+                    extra += chunk
             else:
                 h2c.send_data(sid, chunk)
             st.out_len -= size
