@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+import trio
+
 from gateway.backends.base import (
     Backend,
     Capabilities,
@@ -97,6 +99,7 @@ class UpstreamBackend(Backend):
         )
         # per-topic settings the protocol has no place for (kept for this process's lifetime)
         self._topic_config: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._append_locks: dict[tuple[str, int], trio.Lock] = {}
 
     # ------------------------------------------------------------------ connections
     async def _connect(self) -> Any:
@@ -155,6 +158,18 @@ class UpstreamBackend(Backend):
 
     async def call(self, fn: Any, retry: bool = True) -> Any:
         return await self.pool.call(fn, retry=retry)
+
+    def append_lock(self, topic: str, partition: int) -> trio.Lock:
+        """Serializes this process's appends to one partition, for protocols whose produce
+        answer carries no offsets (TANK, Iggy): the offsets an append reports are read from
+        the watermark after it, which is only its own while no other append of ours runs.
+        Writers outside this gateway cannot be seen; their records can still shift what an
+        append reports (docs/decisions.md)."""
+        key = (topic, partition)
+        lock = self._append_locks.get(key)
+        if lock is None:
+            lock = self._append_locks[key] = trio.Lock()
+        return lock
 
     # ------------------------------------------------------------------ offsets in the kv store
     async def commit_offset(

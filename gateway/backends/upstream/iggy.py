@@ -249,7 +249,8 @@ class IggyUpstream(UpstreamBackend):
             except IggyStatusError as exc:
                 return exc
 
-        result = await self.call(run, retry=False)
+        async with self.append_lock(topic, partition):
+            result = await self.call(run, retry=False)
         if isinstance(result, IggyStatusError):
             raise status_error(result, f"send to {topic}/{partition}")
         _, hw = self._watermarks(result.partitions[partition])

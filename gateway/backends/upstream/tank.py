@@ -131,7 +131,8 @@ class TankUpstream(UpstreamBackend):
                 return None, []
             return status, await client.discover_partitions(self.up(topic))
 
-        status, parts = await self.call(produce, retry=False)
+        async with self.append_lock(topic, partition):
+            status, parts = await self.call(produce, retry=False)
         if status is None:
             raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {topic!r}")
         if status != tc.P_OK:
