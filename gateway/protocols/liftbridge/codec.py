@@ -382,20 +382,19 @@ class _CachingDecoder(hpack.Decoder):
     def cached(self, data: bytes | memoryview) -> list[Any] | None:
         """The raw header list of a block kept against the current table, else None; nothing
         changes either way."""
-        table = self.header_table
         hit = self._cache.get((bytes(data), True))
-        if hit is None or hit[0] != (
-            self.max_header_list_size,
-            self.max_allowed_table_size,
-            table.maxsize,
-        ):
+        if hit is None or hit[0] != self._limits():
             return None
         return list(hit[1])
+
+    def _limits(self) -> tuple[int, int, int]:
+        """What a decode checks against, part of a kept block's key."""
+        return (self.max_header_list_size, self.max_allowed_table_size, self.header_table.maxsize)
 
     def decode(self, data: bytes, raw: bool = False) -> list[Any]:  # type: ignore[override]
         key = (bytes(data), raw)
         table = self.header_table
-        limits = (self.max_header_list_size, self.max_allowed_table_size, table.maxsize)
+        limits = self._limits()
         hit = self._cache.get(key)
         if hit is not None and hit[0] == limits:
             return list(hit[1])

@@ -49,6 +49,15 @@ def warm(client: GrpcConnection, server: GrpcConnection) -> None:
         client.receive_data(answer(server, sid))
 
 
+def pair_with_window(size: int) -> tuple[GrpcConnection, GrpcConnection]:
+    """A pair whose client grants the server ``size`` bytes per stream (INITIAL_WINDOW_SIZE)."""
+    client, server = pair()
+    client._h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: size})
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    return client, server
+
+
 def warmed() -> tuple[GrpcConnection, GrpcConnection]:
     client, server = pair()
     warm(client, server)
@@ -106,10 +115,7 @@ def test_an_unknown_method_is_refused_on_a_detached_call() -> None:
 
 
 def test_the_peers_window_holds_a_detached_answer_until_it_grows() -> None:
-    client, server = pair()
-    client._h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 8})
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
+    client, server = pair_with_window(8)
     for _ in range(3):  # the last one is detached
         sid, wire = one_read_call(client)
         server.receive_data(wire)
@@ -128,10 +134,7 @@ def test_the_peers_window_holds_a_detached_answer_until_it_grows() -> None:
 
 
 def test_a_reset_detached_call_is_reported_and_forgotten() -> None:
-    client, server = pair()
-    client._h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1})
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
+    client, server = pair_with_window(1)
     for _ in range(2):
         server.receive_data(one_read_call(client)[1])  # via h2, then detached:
     sid, wire = one_read_call(client)
