@@ -626,6 +626,7 @@ async def main() -> None:
         "batches_backend": "memory",
         "idle": f"{args.idle} idle TCP connections on the TANK listener",
         "generator": GENERATORS[args.generator],
+        "gateway_path_generator": args.generator,
     }
     print("workload:", json.dumps(workload))
     protocols = args.protocols.split(",")
