@@ -14,7 +14,6 @@ import json
 import shutil
 import struct
 import subprocess
-import tempfile
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +209,3 @@ class Loadgen:
             steal_jiffies=r["steal_jiffies"],
             total_jiffies=r["total_jiffies"],
         )
-
-
-def workdir() -> tempfile.TemporaryDirectory[str]:
-    return tempfile.TemporaryDirectory(prefix="loadgen-")
