@@ -468,12 +468,14 @@ def workers_section(w: dict) -> list[str]:
         "",
         f"`gateway serve --workers N` on NATS JetStream, Kafka 0.8 listener, {wl['clients']} "
         f"{wl['generator']} x {wl['records_per_client']:,} records of {wl['value_bytes']} B; "
-        f"produce: {wl['produce']}; fetch: {wl['fetch']}. Best of {wl['best_of']} alternating "
-        "runs, with that run's CPU seconds per process (/proc; the kcat clients' rusage). "
+        f"produce: {wl['produce']}; fetch: {wl['fetch']}"
+        + (f"; produce_c32: {wl['produce_c32']}" if "produce_c32" in wl else "")
+        + f". Best of {wl['best_of']} alternating "
+        "runs, with that run's CPU seconds per process (/proc; the clients' rusage). "
         f"Utilisation = CPU seconds / wall seconds (1.0 = one whole CPU of the {cpus}); "
         "`machine` = busy CPUs of the whole machine over the run, other work included.",
         "",
-        "| workers | op | records/s | wall s | CPU s: gateway workers | kcat | nats-server | "
+        "| workers | op | records/s | wall s | CPU s: gateway workers | clients | nats-server | "
         "worker utilisation | machine busy CPUs | records per gateway CPU-s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -483,7 +485,8 @@ def workers_section(w: dict) -> list[str]:
             workers = [v for k, v in cpu.items() if k.startswith("gateway worker")]
             lines.append(
                 f"| {label} | {op} | {fmt(r['records_per_s'])} | {r['wall_s']} | "
-                f"{' + '.join(map(str, workers))} | {cpu.get('kcat (all clients)')} | "
+                f"{' + '.join(map(str, workers))} | "
+                f"{cpu.get('kcat (all clients)', cpu.get('loadgen'))} | "
                 f"{cpu.get('nats-server')} | {' + '.join(map(str, r['worker_utilisation']))} | "
                 f"{r['machine_busy_cpus']} of {cpus} | {fmt(r['records_per_gateway_cpu_s'])} |"
             )
@@ -494,7 +497,7 @@ def workers_section(w: dict) -> list[str]:
 def workers_verdict(w: dict) -> str:
     best, cpus = w["best"], w["machine"]["cpus"]
     out = []
-    for op in ("produce", "fetch"):
+    for op in best["1 worker"]:
         one, two = best["1 worker"][op], best["2 workers"][op]
         ratio = two["records_per_s"] / one["records_per_s"]
         used1, used2 = sum(one["worker_utilisation"]), sum(two["worker_utilisation"])

@@ -12,6 +12,11 @@ route, encode, one JetStream publish or read per request) dominates, while the c
   Produce request (batch.num.messages=1, linger.ms=0, acks=1);
 - fetch: then --clients kcat consumers at once, each reading its topic back from the start with
   fetch.message.max.bytes=1024 (a handful of records per Fetch request).
+- produce_c32: then bench/loadgen.c (the latency benchmark's C generator, bench/loadgen.py)
+  over 32 connections for --c-seconds (default 4), one 1-record Produce in flight per
+  connection (closed loop). It costs a few us of CPU per request where librdkafka costs more,
+  so on a small machine more of it is left for the workers; every answered produce is checked
+  against the topic.
 
 records/s = all records / wall time of the slowest client. Each figure is the best of --runs
 (default 2) alternating runs, with the CPU figures of that run: CPU seconds (user + system, from
@@ -39,16 +44,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import trio
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import KCAT_08, cpu_seconds  # noqa: E402
+from bench.loadgen import Loadgen, build, capture  # noqa: E402
+from gateway.backends.upstream.kafka08_client import Kafka08Client  # noqa: E402
+from gateway.model import Record  # noqa: E402
 from tests.backends.servers import NatsServer  # noqa: E402
 from tests.support import GatewayProcess  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "workers.json"
 VALUE_BYTES = 100
 FETCH_BYTES = 1024
+C_CONNECTIONS = 32
+OPS = ("produce", "fetch", "produce_c32")
 
 
 def kcat_produce(bootstrap: str, topic: str, path: Path) -> list[str]:
@@ -85,37 +97,78 @@ def worker_pids(gw: GatewayProcess) -> list[int]:
     return children(gw.proc.pid) or [gw.proc.pid]
 
 
+class Watch:
+    """The CPU seconds of the gateway's processes and nats-server, the clients' rusage and the
+    machine's busy jiffies, from construction to ``stop``."""
+
+    def __init__(self, gw: GatewayProcess, nats_pid: int) -> None:
+        assert gw.proc is not None
+        watched = {f"gateway worker {i + 1}": pid for i, pid in enumerate(worker_pids(gw))}
+        if watched.get("gateway worker 1") != gw.proc.pid:
+            watched["gateway parent"] = gw.proc.pid
+        watched["nats-server"] = nats_pid
+        self.watched = watched
+        self.before = {name: cpu_seconds(pid) for name, pid in watched.items()}
+        self.kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.jiffies0 = machine_jiffies()
+        self.t0 = time.perf_counter()
+
+    def stop(self, clients: str) -> tuple[float, dict[str, float], float]:
+        """(wall seconds, CPU seconds per process with the clients' under ``clients``, busy
+        CPUs of the machine)."""
+        wall = time.perf_counter() - self.t0
+        busy1, total1 = machine_jiffies()
+        kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = {n: round(cpu_seconds(pid) - self.before[n], 2) for n, pid in self.watched.items()}
+        k0 = self.kids0
+        cpu[clients] = round(kids1.ru_utime + kids1.ru_stime - k0.ru_utime - k0.ru_stime, 2)
+        busy0, total0 = self.jiffies0
+        busy = (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
+        return wall, cpu, busy
+
+
 def phase(
     commands: list[list[str]], n: int, check_fetch: bool, gw: GatewayProcess, nats_pid: int
 ) -> dict[str, Any]:
     """Run the clients at once; records/s and the CPU seconds of every process meanwhile."""
-    assert gw.proc is not None
-    watched = {f"gateway worker {i + 1}": pid for i, pid in enumerate(worker_pids(gw))}
-    if watched.get("gateway worker 1") != gw.proc.pid:
-        watched["gateway parent"] = gw.proc.pid
-    watched["nats-server"] = nats_pid
-    before = {name: cpu_seconds(pid) for name, pid in watched.items()}
-    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    busy0, total0 = machine_jiffies()
-    t0 = time.perf_counter()
+    watch = Watch(gw, nats_pid)
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for c in commands]
     outs = [p.communicate(timeout=300) for p in procs]
-    wall = time.perf_counter() - t0
-    busy1, total1 = machine_jiffies()
-    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = {name: round(cpu_seconds(pid) - before[name], 2) for name, pid in watched.items()}
-    cpu["kcat (all clients)"] = round(
-        kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime, 2
-    )
+    wall, cpu, busy = watch.stop("kcat (all clients)")
     for p, (out, err) in zip(procs, outs, strict=True):
         if p.returncode != 0:
             sys.exit(f"kcat failed: {err[-2000:]!r}")
         if check_fetch and len(out.split()) != n:
             sys.exit(f"fetch: got {len(out.split())} of {n} records")
-    records = len(commands) * n
+    return phase_result(len(commands) * n, wall, cpu, busy)
+
+
+def c_phase(gw: GatewayProcess, nats_pid: int, exe: Path, topic: str, seconds: float) -> dict:
+    """bench/loadgen.c over C_CONNECTIONS connections, closed loop of 1-record produces."""
+    address = gw.address("kafka08")
+    one = Record(None, b"v" * VALUE_BYTES, (), int(time.time() * 1e6), -1)
+
+    async def run() -> int:
+        client = await Kafka08Client.connect(*address)
+        try:
+            await client.metadata([topic])  # 0.8 creates topics on Metadata
+        finally:
+            await client.aclose()
+        frames = await capture("kafka08", address, topic, one)
+        gen = Loadgen(exe, "kafka08", address, address, topic, frames, 0)
+        watch = Watch(gw, nats_pid)
+        result = await gen.closed(C_CONNECTIONS, seconds)
+        measured.append(watch.stop("loadgen"))
+        return result["requests"]
+
+    measured: list[tuple[float, dict[str, float], float]] = []
+    records = trio.run(run)
+    return phase_result(records, *measured[0])
+
+
+def phase_result(records: int, wall: float, cpu: dict[str, float], busy: float) -> dict[str, Any]:
     workers = [v for k, v in cpu.items() if k.startswith("gateway worker")]
     gateway_cpu = sum(workers) + cpu.get("gateway parent", 0.0)
-    cpus = os.cpu_count() or 1
     return {
         "records_per_s": round(records / wall),
         "wall_s": round(wall, 2),
@@ -123,13 +176,14 @@ def phase(
         "worker_utilisation": [round(w / wall, 2) for w in workers],
         "gateway_cpu_s": round(gateway_cpu, 2),
         "records_per_gateway_cpu_s": round(records / gateway_cpu) if gateway_cpu else None,
-        "machine_busy_cpus": round((busy1 - busy0) / max(1, total1 - total0) * cpus, 2),
+        "machine_busy_cpus": round(busy, 2),
     }
 
 
 def one_run(
-    workers: int, nats: NatsServer, clients: int, n: int, tmp: Path, tag: str
+    workers: int, nats: NatsServer, args: argparse.Namespace, exe: Path, tmp: Path, tag: str
 ) -> dict[str, Any]:
+    clients, n = args.clients, args.records
     records = tmp / "records.txt"
     if not records.exists():
         records.write_bytes((b"v" * VALUE_BYTES + b"\n") * n)
@@ -148,22 +202,22 @@ def one_run(
             [kcat_produce(bootstrap, t, records) for t in topics], n, False, gw, nats.proc.pid
         )
         fetch = phase([kcat_consume(bootstrap, t, n) for t in topics], n, True, gw, nats.proc.pid)
-    return {"produce": produce, "fetch": fetch}
+        produce_c = c_phase(gw, nats.proc.pid, exe, f"w{tag}-c", args.c_seconds)
+    return {"produce": produce, "fetch": fetch, "produce_c32": produce_c}
 
 
 def summary_text(best: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespace) -> str:
     ratio = {
-        op: round(best[2][op]["records_per_s"] / best[1][op]["records_per_s"], 2)
-        for op in ("produce", "fetch")
+        op: round(best[2][op]["records_per_s"] / best[1][op]["records_per_s"], 2) for op in OPS
     }
     per_cpu = {
         op: round(
             best[2][op]["records_per_gateway_cpu_s"] / best[1][op]["records_per_gateway_cpu_s"], 2
         )
-        for op in ("produce", "fetch")
+        for op in OPS
     }
     parts = []
-    for op in ("produce", "fetch"):
+    for op in OPS:
         one, two = best[1][op], best[2][op]
         parts.append(
             f"{op}: 1 worker {one['records_per_s']:,} records/s (worker at "
@@ -176,7 +230,9 @@ def summary_text(best: dict[int, dict[str, dict[str, Any]]], args: argparse.Name
         )
     return (
         f"kafka08 listener on NATS, {args.clients} kcat clients x {args.records:,} records of "
-        f"{VALUE_BYTES} B, one record per Produce request, Fetch requests of {FETCH_BYTES} B: "
+        f"{VALUE_BYTES} B, one record per Produce request, Fetch requests of {FETCH_BYTES} B; "
+        f"produce_c32: bench/loadgen.c, {C_CONNECTIONS} connections, 1-record Produce requests "
+        f"for {args.c_seconds} s: "
         + "; ".join(parts)
         + f". Load average {os.getloadavg()[0]:.1f} at the end."
     )
@@ -187,6 +243,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--records", type=int, default=4_000)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--c-seconds", type=float, default=4.0, help="the produce_c32 phase")
     args = parser.parse_args()
     workload = {
         "backend": "nats (JetStream, one nats-server)",
@@ -197,6 +254,10 @@ def main() -> None:
         "produce": "one record per Produce request (batch.num.messages=1, linger.ms=0, acks=1)",
         "fetch": f"fetch.message.max.bytes={FETCH_BYTES} (a few records per Fetch request)",
         "generator": "kcat (librdkafka, C) 0.8.2 mode, one process per client",
+        "produce_c32": (
+            f"bench/loadgen.c (C): {C_CONNECTIONS} connections, one 1-record Produce request "
+            f"in flight on each (closed loop), {args.c_seconds} s"
+        ),
         "best_of": args.runs,
     }
     print("workload:", json.dumps(workload))
@@ -204,10 +265,11 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        exe = build(tmp)
         with NatsServer(tmp / "nats") as nats:
             for run in range(args.runs):
                 for workers in (1, 2):
-                    r = one_run(workers, nats, args.clients, args.records, tmp, f"{workers}x{run}")
+                    r = one_run(workers, nats, args, exe, tmp, f"{workers}x{run}")
                     runs.append({"run": run, "workers": workers, **r})
                     print(f"run {run} workers={workers}: {json.dumps(r)}", flush=True)
                     for op, v in r.items():
@@ -224,8 +286,7 @@ def main() -> None:
             "2 workers": {op: v["records_per_s"] for op, v in best[2].items()},
         },
         "two_over_one": {
-            op: round(best[2][op]["records_per_s"] / best[1][op]["records_per_s"], 3)
-            for op in ("produce", "fetch")
+            op: round(best[2][op]["records_per_s"] / best[1][op]["records_per_s"], 3) for op in OPS
         },
         "runs": runs,
         "summary": summary,
