@@ -188,6 +188,25 @@ def columns_to_arrow(cols: Any, topic: str, partition: int, schema: Any) -> Any:
     )
 
 
+_gc_frozen = False
+
+
+def freeze_worker_gc() -> None:
+    """Move the objects a Spark Python worker holds now (the modules of pyspark, pyarrow, numpy
+    and ours: ~50,000) into the collector's permanent generation, once per process (``read()``
+    calls it; it runs in the workers only). Spark's reused workers call ``gc.collect()`` after
+    every task, which walked all of them each time (25-40 ms), as did the automatic full
+    collections while a task ran: 0.18 s of collections per 1M exported records, 0.01 s with
+    them frozen (bench/README.md). Frozen objects are never scanned or freed; what later tasks
+    make is collected as before."""
+    global _gc_frozen
+    if not _gc_frozen:
+        import gc
+
+        gc.freeze()
+        _gc_frozen = True
+
+
 def read_range(opts: ReaderOptions, part: OffsetRange) -> Iterator[Any]:
     """Yield pyarrow RecordBatches holding exactly the records [start, end) of the partition
     (fewer only when records were deleted and failOnDataLoss is false), one per page, decoded
@@ -255,6 +274,7 @@ class GatewayReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRange)
+        freeze_worker_gc()
         yield from read_range(self.opts, partition)
 
 
@@ -326,6 +346,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRange)
+        freeze_worker_gc()
         yield from read_range(self.opts, partition)
 
     def commit(self, end: dict) -> None:
