@@ -67,7 +67,13 @@ DRIVERS: list[tuple[str, list[str], str, int, str]] = [
         "grpcio (C core) in its own process, and the in-repo codec client",
     ),
     ("embedded_log", ["bench/embedded_log.py"], "embedded_log.json", 120, "in-process"),
-    ("workers", ["bench/workers.py"], "workers.json", 150, KCAT),
+    (
+        "workers",
+        ["bench/workers.py"],
+        "workers.json",
+        150,
+        f"{KCAT}; bench/loadgen.c (C): produce_c32",
+    ),
     (
         "backends",
         ["bench/backends.py", "--records", "30000", "--kafka-records", "1000000", "--runs", "1"],
