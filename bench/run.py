@@ -532,6 +532,16 @@ def workers_verdict(w: dict) -> str:
     return "; ".join(out) + "."
 
 
+def rerun_note(rerun: dict | None) -> str:
+    """What a partial run (``--only``) says of itself in the report's header."""
+    if not rerun:
+        return ""
+    return (
+        f" Only {', '.join(rerun['drivers'])} ran at that time (`--only`); the other drivers' "
+        f"figures are from the run of {rerun['others_from'] or 'an earlier time'} UTC."
+    )
+
+
 def report(latest: dict, images: list[str]) -> str:
     m = latest["machine"]
     lines = [
@@ -541,7 +551,7 @@ def report(latest: dict, images: list[str]) -> str:
         f"{m['load_average_at_start']} at the start (the load generators, the brokers and the "
         "gateway share these CPUs; every ratio compares against a baseline measured by "
         f"the same driver in this run). Whole run: {latest['seconds']} s. Embedded backend fsync: "
-        f"{latest['embedded_fsync']}.",
+        f"{latest['embedded_fsync']}." + rerun_note(latest.get("rerun")),
         "",
         "## Drivers",
         "",
@@ -609,9 +619,17 @@ def main() -> None:
         "throughput": [],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    previous: dict[str, Any] = {}
+    last: dict[str, Any] = {}
     if (RESULTS / "latest.json").exists():
-        previous = json.loads((RESULTS / "latest.json").read_text()).get("drivers", {})
+        last = json.loads((RESULTS / "latest.json").read_text())
+    previous: dict[str, Any] = last.get("drivers", {})
+    if args.report_only and "started" in last:
+        # nothing ran: the report is still that run's, with its time and machine
+        latest["started"], latest["machine"] = last["started"], last["machine"]
+        if "rerun" in last:
+            latest["rerun"] = last["rerun"]
+    elif only:
+        latest["rerun"] = {"drivers": sorted(only), "others_from": last.get("started")}
     for name, argv, result, limit, generator in DRIVERS:
         if args.report_only or (only and name not in only):
             # not run now: keep what the last run said of it (its result file is re-read)
