@@ -301,16 +301,6 @@ async def measured_open_loop(
     return run_summary(run.latencies, run.lags, rate, run.seconds, jiffies, own, cpu)
 
 
-async def loadgen_open_loop(gen: Loadgen, pool: int, rate: float, count: int) -> dict[str, Any]:
-    """The same run by the C generator: 0.5 s of warm-up at ``rate`` on the same connections,
-    then ``count`` timed requests."""
-    run = await gen.open(pool, rate, max(1, int(rate * 0.5)), count)
-    jiffies = (run.busy_jiffies, run.steal_jiffies, run.total_jiffies)
-    return run_summary(
-        run.latencies, run.lags, rate, run.seconds, jiffies, run.generator_cpu_s, run.gateway_cpu_s
-    )
-
-
 # ----------------------------------------------------------------------------- gateway
 
 
@@ -388,8 +378,9 @@ def median_round(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
 class PythonPath:
     """The gateway path driven by this process: the protocol's in-repo client per connection."""
 
-    def __init__(self, drivers: Sequence[Driver], topic: str, pid: int, pool: int) -> None:
-        one = records(1, 100)
+    def __init__(
+        self, drivers: Sequence[Driver], topic: str, one: list[Record], pid: int, pool: int
+    ) -> None:
         self.drivers, self.topic, self.pid = drivers, topic, pid
         self.senders = [lambda d=d: d.produce(topic, one) for d in drivers[:pool]]
 
@@ -410,7 +401,12 @@ class CPath:
         return await self.gen.closed(connections, seconds)
 
     async def open(self, rate: float, count: int) -> dict[str, Any]:
-        return await loadgen_open_loop(self.gen, self.pool, rate, count)
+        """Like ``measured_open_loop``: 0.5 s of warm-up at ``rate`` on the same connections,
+        then ``count`` timed requests."""
+        run = await self.gen.open(self.pool, rate, max(1, int(rate * 0.5)), count)
+        jiffies = (run.busy_jiffies, run.steal_jiffies, run.total_jiffies)
+        cpu = run.generator_cpu_s, run.gateway_cpu_s
+        return run_summary(run.latencies, run.lags, rate, run.seconds, jiffies, *cpu)
 
 
 @asynccontextmanager
@@ -429,7 +425,7 @@ async def gateway_path(
     try:
         for d in drivers:  # warm-up: every connection has produced before it is timed
             await d.produce(topic, one)
-        yield PythonPath(drivers, topic, pid, args.pool)
+        yield PythonPath(drivers, topic, one, pid, args.pool)
     finally:
         for d in drivers:
             await d.aclose()

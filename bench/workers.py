@@ -148,7 +148,7 @@ def c_phase(gw: GatewayProcess, nats_pid: int, exe: Path, topic: str, seconds: f
     address = gw.address("kafka08")
     one = Record(None, b"v" * VALUE_BYTES, (), int(time.time() * 1e6), -1)
 
-    async def run() -> int:
+    async def run() -> dict[str, Any]:
         client = await Kafka08Client.connect(*address)
         try:
             await client.metadata([topic])  # 0.8 creates topics on Metadata
@@ -158,12 +158,9 @@ def c_phase(gw: GatewayProcess, nats_pid: int, exe: Path, topic: str, seconds: f
         gen = Loadgen(exe, "kafka08", address, address, topic, frames, 0)
         watch = Watch(gw, nats_pid)
         result = await gen.closed(C_CONNECTIONS, seconds)
-        measured.append(watch.stop("loadgen"))
-        return result["requests"]
+        return phase_result(result["requests"], *watch.stop("loadgen"))
 
-    measured: list[tuple[float, dict[str, float], float]] = []
-    records = trio.run(run)
-    return phase_result(records, *measured[0])
+    return trio.run(run)
 
 
 def phase_result(records: int, wall: float, cpu: dict[str, float], busy: float) -> dict[str, Any]:
