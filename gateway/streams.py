@@ -125,6 +125,20 @@ class FastSocketStream(trio.abc.Stream):
         finally:
             self._sending = False
 
+    def try_send(self, data: bytes | bytearray | memoryview) -> int:
+        """How many bytes of ``data`` the socket took now (never blocks, never yields; 0 while
+        another task is in ``send_all``). The caller keeps the rest."""
+        if self._sending:
+            return 0
+        if self.inner.socket.did_shutdown_SHUT_WR:
+            raise trio.ClosedResourceError("can't send data after sending EOF")
+        try:
+            return self.raw.send(data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise _stream_error(exc) from (None if exc.errno in _CLOSED_ERRNOS else exc)
+
     async def wait_send_all_might_not_block(self) -> None:
         await self.inner.wait_send_all_might_not_block()
 
@@ -311,6 +325,18 @@ class GuardedStream(trio.abc.Stream):
             await self.inner.send_all(data)
         self.bytes_out += len(data)
         self._last_activity = trio.current_time()
+
+    def try_send(self, data: bytes | bytearray | memoryview) -> int:
+        """:meth:`FastSocketStream.try_send` on a plain TCP connection; 0 on any other (the
+        caller then sends with ``send_all``)."""
+        if self._fast is None or not data:
+            return 0
+        sent = self._fast.try_send(data)
+        if sent:
+            self._mid_request = False
+            self.bytes_out += sent
+            self._last_activity = trio.current_time()
+        return sent
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.inner.wait_send_all_might_not_block()

@@ -110,6 +110,38 @@ async def test_concurrent_sends_are_refused() -> None:
     await fast.aclose()
 
 
+async def test_try_send_takes_what_fits_now_and_never_waits() -> None:
+    client, server = await stream_pair()
+    guarded = GuardedStream(server)
+    assert guarded.try_send(b"hello") == 5
+    assert await client.receive_some(5) == b"hello"
+    assert guarded.bytes_out == 5
+    big = b"x" * 20_000_000  # more than the socket buffers: nobody reads yet
+    sent = guarded.try_send(big)
+    assert 0 < sent < len(big)
+    while taken := guarded.try_send(big[sent:]):  # up to the brim, never waiting
+        sent += taken
+    assert sent < len(big)
+    assert guarded.try_send(b"more") == 0  # the buffers are full: nothing taken
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(guarded.send_all, big[sent:])
+        await trio.sleep(0.05)
+        assert guarded.try_send(b"y") == 0  # another task is in send_all
+        received = 0
+        while received < len(big):
+            received += len(await client.receive_some(1 << 20))
+    assert received == len(big)
+    await client.aclose()
+    await guarded.aclose()
+    with pytest.raises(trio.ClosedResourceError):
+        guarded.try_send(b"z")
+
+
+async def test_try_send_over_another_stream_takes_nothing() -> None:
+    left, right = trio.testing.memory_stream_pair()
+    assert GuardedStream(left).try_send(b"abc") == 0
+
+
 async def test_a_task_that_only_sends_still_lets_others_run() -> None:
     client, server = await stream_pair()
     fast = FastSocketStream(server)

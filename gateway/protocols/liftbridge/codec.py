@@ -494,6 +494,11 @@ class GrpcConnection:
             return data
         return self._h2.data_to_send()
 
+    def unsend(self, data: bytes | memoryview) -> None:
+        """Put back the unwritten tail of what :meth:`data_to_send` returned: it goes out first
+        next time."""
+        self._out_extra[:0] = data
+
     def goaway(self, error_code: int = 0) -> None:
         """Tell the peer we take no new calls (drain); in-flight calls go on.
 

@@ -143,6 +143,7 @@ class Session:
         self._received_since_send = False
         self._last_send = trio.current_time()
         self._bytes_out = labelled(BYTES_OUT, PROTOCOL)
+        self._try_send = getattr(stream, "try_send", None)
 
     # ------------------------------------------------------------------ I/O
     def kick(self) -> None:
@@ -160,6 +161,29 @@ class Session:
                 await self.stream.send_all(data)
                 self._last_send = trio.current_time()
                 self._bytes_out.inc(len(data))
+
+    def _send_now(self) -> None:
+        """Write what is queued from the calling task when the socket takes it at once; what
+        it does not take (or everything, while the writer task is sending) is left to the
+        writer. Why: handing every answer to the writer task cost a 1-record publish two more
+        trips through trio's scheduler than TANK's one (strace: 3 epoll_waits per call), and
+        the reader must never block on a send (a client that writes before it reads would
+        then deadlock with us), so it only takes what fits now."""
+        try_send = self._try_send
+        if try_send is None or self._send_lock.locked():
+            self.kick()
+            return
+        data = self.conn.data_to_send()
+        if not data:
+            return
+        sent = try_send(data)
+        if sent:
+            self._received_since_send = False
+            self._last_send = trio.current_time()
+            self._bytes_out.inc(sent)
+        if sent < len(data):
+            self.conn.unsend(memoryview(data)[sent:])
+            self.kick()
 
     async def _keepalive(self) -> None:
         """PING the client while calls are open (a quiet subscription is not an idle
@@ -248,7 +272,7 @@ class Session:
                         self._call_done()
                 elif t is CallError:
                     self._on_call_error(ev)
-            self.kick()
+            self._send_now()
             self._notify_progress()
 
     # ------------------------------------------------------------------ events
@@ -354,7 +378,7 @@ class Session:
                 status, message = Status.DEADLINE_EXCEEDED, "deadline exceeded"
         if not call.reset:
             self.conn.send_trailers(call.stream_id, status, message)
-            self.kick()
+            self._send_now()
         self.calls.pop(call.stream_id, None)
         self._count(name, status, time.perf_counter() - started)
         self._call_done()
@@ -368,7 +392,7 @@ class Session:
 
         def respond(messages: list[Any]) -> None:
             conn.send_raw(sid, b"".join(messages))
-            self.kick()
+            self._send_now()
 
         def take_queued(batch: list[Any]) -> None:
             while len(batch) < PUBLISH_RUN:

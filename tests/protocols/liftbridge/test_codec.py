@@ -552,3 +552,22 @@ def test_data_frames_written_by_the_codec_keep_h2s_accounting_and_order() -> Non
     events = client.receive_data(out)
     ids = [m.correlationId for e in events if isinstance(e, MessageReceived) for m in e.messages]
     assert ids == ["0", "1"] and isinstance(events[-1], CallEnded)
+
+
+def test_unsent_bytes_go_out_first_next_time() -> None:
+    """What the socket did not take (``unsend``) goes out before anything queued since, so a
+    partly written frame is completed before the next one starts."""
+    client = GrpcConnection(client=True)
+    client.initiate()
+    sid = client.start_call("PublishAsync")
+    client.send_message(sid, pb.PublishRequest(stream="s", value=b"a"))
+    first = client.data_to_send()
+    client.unsend(memoryview(first)[10:])
+    client.send_message(sid, pb.PublishRequest(stream="s", value=b"b"))
+    second = client.data_to_send()
+    assert second.startswith(first[10:]) and len(second) > len(first) - 10
+    server = GrpcConnection()
+    server.initiate()
+    events = server.receive_data(first[:10] + second)
+    values = [m.value for ev in events if type(ev) is MessageReceived for m in ev.messages]
+    assert values == [b"a", b"b"]
