@@ -21,6 +21,7 @@ connection is finished; a GOAWAY is waiting in ``data_to_send``); a bad call or 
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from collections import deque
 from collections.abc import Sequence
@@ -1335,6 +1336,17 @@ def _string_field(tag: int, value: bytes) -> bytes:
     return bytes((tag,)) + _varint(len(value)) + value if value else b""
 
 
+@functools.lru_cache(maxsize=4096)
+def _ack_head(stream: str, partition_subject: str, msg_subject: str) -> bytes:
+    """Fields 1-3 of an Ack, the same for every ack of a partition: encoded once per partition
+    (a one-message call made a new encoder, and encoded them again, for every publish)."""
+    return (
+        _string_field(0x0A, stream.encode())
+        + _string_field(0x12, partition_subject.encode())
+        + _string_field(0x1A, msg_subject.encode())
+    )
+
+
 class PublishAckEncoder:
     """Framed ``PublishResponse{ack, correlationId}`` messages for a run of PublishAsync requests
     of one partition, encoded by hand: the fields that are the same for the whole run are
@@ -1353,11 +1365,7 @@ class PublishAckEncoder:
         reception_ns: int,
         commit_ns: int,
     ) -> None:
-        self._head = (
-            _string_field(0x0A, stream.encode())
-            + _string_field(0x12, partition_subject.encode())
-            + _string_field(0x1A, msg_subject.encode())
-        )
+        self._head = _ack_head(stream, partition_subject, msg_subject)
         self._inbox = _string_field(0x2A, ack_inbox.encode())
         times = b""
         if reception_ns:
