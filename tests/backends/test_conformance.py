@@ -204,8 +204,11 @@ async def test_conditional_append(backend: Backend) -> None:
     stored = await read_all(backend, "cond", 0, 0)
     assert [r.offset for r in stored] == list(range(8))
     assert strip(stored) == kept(backend, first + second + third)
-    # the other partition has its own next offset
-    await raises(ErrorCode.OFFSET_MISMATCH, backend.append("cond", 1, RecordBatch(first), 8))
+    # the other partition has its own next offset; numbers past int64 match nothing (JetStream
+    # would read 2**64 as 0, the next offset of an empty stream)
+    for expected in (8, 1 << 63, 1 << 64, (1 << 64) + 1):
+        call = backend.append("cond", 1, RecordBatch(first), expected)
+        await raises(ErrorCode.OFFSET_MISMATCH, call)
     result = await backend.append("cond", 1, RecordBatch(first), 0)
     assert (result.partition, result.base_offset, result.last_offset) == (1, 0, 2)
 

@@ -45,6 +45,7 @@ JS_WRONG_LAST_SEQUENCE = 10071
 JS_WRONG_LAST_MSG_ID = 10070
 JS_SUBJECT_OVERLAP = 10065
 JS_NOT_ENABLED = (10039, 10076)
+MAX_SEQUENCE = (1 << 63) - 1  # offsets are int64 everywhere (Kafka); JetStream's are uint64
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,6 +542,10 @@ class NatsBackend(Backend):
             return AppendResult(partition, hw, hw - 1)
         now = now_us()
         if expected_offset is not None:
+            if expected_offset > MAX_SEQUENCE:
+                # JetStream parses the header modulo 2**64 (2**64 would expect an empty stream)
+                _, hw = await self._stream_state(topic, partition)
+                raise offset_mismatch(topic, partition, expected_offset, hw)
             # no chain: a chain broken half way leaves a stored prefix, and a conditional
             # append must store all or nothing (within one atomic batch of max_batch)
             return await self._append_atomic(topic, partition, records, now, expected_offset)
