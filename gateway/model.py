@@ -281,6 +281,9 @@ class ErrorCode(enum.Enum):
     TIMEOUT = "timeout"
     DUPLICATE_SEQUENCE = "duplicate_sequence"
     OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
+    OFFSET_MISMATCH = "offset_mismatch"
+    """A conditional append (``Produce.expected_offset``) found the partition's next offset
+    elsewhere; nothing was appended."""
     UNSUPPORTED = "unsupported"
     READ_ONLY = "read_only"
     INTERNAL = "internal"
@@ -395,7 +398,15 @@ class Partitioning(enum.Enum):
 class Produce:
     """Append ``batch`` to ``topic``. With ``partition=None`` the records are spread by key hash
     (records without a key round-robin) or round-robin, per ``partitioning``. ``producer_id`` and
-    ``sequence`` (the first record's sequence) enable idempotent de-duplication."""
+    ``sequence`` (the first record's sequence) enable idempotent de-duplication.
+
+    ``expected_offset`` makes the append conditional: it happens only if the partition's next
+    offset is exactly this, so the first record gets it; otherwise it fails with
+    ``ErrorCode.OFFSET_MISMATCH`` and appends nothing. The check and the append are one step
+    (mirroring tools name the offsets their records must get: TANK ProduceWithSeqnum); it needs
+    an explicit ``partition``. Where a backend's storage has no conditional append (Kafka,
+    upstream servers) the gateway serializes its own writers to the partition around the check,
+    but writers outside this gateway can still slip in between (docs/decisions.md 2026-11-25)."""
 
     topic: str
     batch: RecordBatch
@@ -406,6 +417,7 @@ class Produce:
     producer_epoch: int = 0
     sequence: int | None = None
     timeout_ms: int = 30_000
+    expected_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

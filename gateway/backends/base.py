@@ -13,7 +13,8 @@ offset given to the batch; ``read`` returns batch windows starting exactly at th
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -128,9 +129,22 @@ class Backend(abc.ABC):
 
     # ------------------------------------------------------------------ data
     @abc.abstractmethod
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batch: RecordBatch,
+        expected_offset: int | None = None,
+    ) -> AppendResult:
         """Store ``batch`` at the end of the partition. Returns once it is acknowledged-durable
-        under the backend's policy. Raises UNKNOWN_TOPIC / UNKNOWN_PARTITION."""
+        under the backend's policy. Raises UNKNOWN_TOPIC / UNKNOWN_PARTITION.
+
+        With ``expected_offset`` the append happens only if the partition's next offset (where
+        the batch's first record would go) is exactly that; otherwise it raises OFFSET_MISMATCH
+        (see :func:`offset_mismatch`) having appended nothing, also for an empty batch. The
+        check must not be separable from the append: in one critical section (local logs), a
+        conditional write of the storage system (JetStream), or under ``AppendGate.exclusive``
+        where the storage has neither."""
 
     @abc.abstractmethod
     async def read(
@@ -164,6 +178,98 @@ class Backend(abc.ABC):
 
     async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         raise unsupported("a key-value store", self.name)
+
+
+def offset_mismatch(topic: str, partition: int, expected: int, actual: int) -> GatewayError:
+    """The error of a conditional append that found the next offset elsewhere."""
+    return GatewayError(
+        ErrorCode.OFFSET_MISMATCH,
+        f"{topic}/{partition}: the next offset is {actual}, the append expected {expected}",
+    )
+
+
+def landed_elsewhere(topic: str, partition: int, expected: int, base: int) -> GatewayError:
+    """A conditional append that passed the check but whose records the storage put at
+    ``base``: a writer outside this gateway appended in between (possible only where the
+    storage has no conditional append). Not OFFSET_MISMATCH: the records *are* stored."""
+    return GatewayError(
+        ErrorCode.INTERNAL,
+        f"{topic}/{partition}: the append expected offset {expected} but was stored at {base} "
+        "(a writer outside this gateway appended in between)",
+    )
+
+
+class _GateState:
+    __slots__ = ("shared", "exclusive", "waiting", "changed")
+
+    def __init__(self) -> None:
+        self.shared = 0
+        self.exclusive = False
+        self.waiting = 0  # exclusive holders waiting: new shared holders queue behind them
+        self.changed = trio.Event()
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+
+class AppendGate:
+    """Per-(topic, partition) shared/exclusive gate for backends whose storage has no
+    conditional append (Kafka, most upstream protocols). Plain appends hold it shared, so they
+    still run concurrently (pipelined produces keep their throughput); a conditional append
+    holds it exclusive across its high-watermark check and its append, so no append of *this
+    gateway* lands in between. Writers outside this gateway are not seen (docs/decisions.md
+    2026-11-25). Exclusive holders waiting block new shared holders (no starvation).
+
+    Taking it shared when nobody holds or waits for it exclusive does not checkpoint: the plain
+    append path gets no extra scheduling point."""
+
+    def __init__(self) -> None:
+        self._gates: dict[tuple[str, int], _GateState] = {}
+
+    def _state(self, topic: str, partition: int) -> _GateState:
+        key = (topic, partition)
+        state = self._gates.get(key)
+        if state is None:
+            state = self._gates[key] = _GateState()
+        return state
+
+    def _release(self, topic: str, partition: int, state: _GateState) -> None:
+        state.notify()
+        if not (state.shared or state.exclusive or state.waiting):
+            self._gates.pop((topic, partition), None)
+
+    @asynccontextmanager
+    async def shared(self, topic: str, partition: int) -> AsyncIterator[None]:
+        state = self._state(topic, partition)
+        while state.exclusive or state.waiting:
+            await state.changed.wait()
+            state = self._state(topic, partition)
+        state.shared += 1
+        try:
+            yield
+        finally:
+            state.shared -= 1
+            self._release(topic, partition, state)
+
+    @asynccontextmanager
+    async def exclusive(self, topic: str, partition: int) -> AsyncIterator[None]:
+        state = self._state(topic, partition)
+        state.waiting += 1
+        try:
+            while state.exclusive or state.shared:
+                await state.changed.wait()
+        except BaseException:
+            state.waiting -= 1
+            self._release(topic, partition, state)
+            raise
+        state.waiting -= 1
+        state.exclusive = True
+        try:
+            yield
+        finally:
+            state.exclusive = False
+            self._release(topic, partition, state)
 
 
 def check_topic_name(name: str) -> None:

@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.backends import BackendSpec
-from gateway.backends.base import Backend, Capabilities, check_partitions, check_topic_name
+from gateway.backends.base import (
+    Backend,
+    Capabilities,
+    check_partitions,
+    check_topic_name,
+    offset_mismatch,
+)
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -104,8 +110,17 @@ class MemoryBackend(Backend):
         t.info = TopicInfo(name, len(t.partitions), t.info.config)
         return t.info
 
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batch: RecordBatch,
+        expected_offset: int | None = None,
+    ) -> AppendResult:
         p = self._partition(topic, partition)
+        # no await from here to the end: the check and the append are one step
+        if expected_offset is not None and expected_offset != p.high_watermark:
+            raise offset_mismatch(topic, partition, expected_offset, p.high_watermark)
         if batch.count == 0:
             return AppendResult(partition, p.high_watermark, p.high_watermark - 1)
         base = p.high_watermark

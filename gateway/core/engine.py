@@ -196,6 +196,17 @@ class Core:
     # ------------------------------------------------------------------ data
     async def produce(self, cmd: Produce) -> ProduceResult:
         backend = self.router.backend_for(cmd.topic)
+        if cmd.expected_offset is not None:
+            if cmd.partition is None:
+                raise GatewayError(
+                    ErrorCode.INVALID_REQUEST,
+                    "a produce with an expected offset must name its partition",
+                )
+            if cmd.expected_offset < 0:
+                raise GatewayError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"expected offset {cmd.expected_offset} is negative",
+                )
         if cmd.partition is not None:
             if cmd.producer_id is not None and cmd.sequence is not None:
                 result = await self.producers.append(
@@ -206,9 +217,12 @@ class Core:
                     cmd.producer_id,
                     cmd.producer_epoch,
                     cmd.sequence,
+                    cmd.expected_offset,
                 )
             else:
-                result = await backend.append(cmd.topic, cmd.partition, cmd.batch)
+                result = await backend.append(
+                    cmd.topic, cmd.partition, cmd.batch, cmd.expected_offset
+                )
             return ProduceResult(cmd.topic, (result,))
         info = await backend.topic(cmd.topic)
         if cmd.partitioning is Partitioning.KEY_HASH:

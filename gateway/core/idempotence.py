@@ -34,7 +34,10 @@ class ProducerRegistry:
         producer_id: int | str,
         epoch: int,
         sequence: int,
+        expected_offset: int | None = None,
     ) -> AppendResult:
+        """A retry of the last batch is answered from memory before ``expected_offset`` is
+        looked at (its records are where they were); a new batch is appended conditionally."""
         key = (topic, partition, producer_id)
         state = self._state.get(key)
         if state is not None and epoch == state.epoch:
@@ -56,6 +59,6 @@ class ProducerRegistry:
             raise GatewayError(
                 ErrorCode.INVALID_REQUEST, f"producer {producer_id} epoch {epoch} is fenced"
             )
-        result = await backend.append(topic, partition, batch)
+        result = await backend.append(topic, partition, batch, expected_offset)
         self._state[key] = _ProducerState(epoch, sequence, sequence + batch.count - 1, result)
         return result

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import trio
 
 from gateway.backends.base import Backend
 from gateway.canonical import CANONICAL
@@ -168,6 +169,103 @@ async def test_empty_batch_appends_nothing(backend: Backend) -> None:
     await backend.append("empty", 0, RecordBatch(make_records(3)))
     await backend.append("empty", 0, RecordBatch([]))
     assert (await backend.partition_info("empty", 0)).high_watermark == 3
+
+
+async def test_conditional_append(backend: Backend) -> None:
+    """``expected_offset``: a wrong one fails with OFFSET_MISMATCH and stores nothing (single
+    records, batches, encoded batches, empty batches, offsets behind and ahead); the right one
+    appends exactly there."""
+    await create_topic(backend, "cond", 2)
+    first = make_records(3)
+    await backend.append("cond", 0, RecordBatch(first))
+    for expected in (0, 2, 4, 99):
+        for batch in (
+            RecordBatch(make_records(1, start=100)),
+            RecordBatch(make_records(4, start=100)),
+            encoded(make_records(4, start=100)),
+            RecordBatch([]),
+        ):
+            err = await raises(
+                ErrorCode.OFFSET_MISMATCH, backend.append("cond", 0, batch, expected)
+            )
+            assert str(expected) in err.message and "3" in err.message
+    assert (await backend.partition_info("cond", 0)).high_watermark == 3
+    assert strip(await read_all(backend, "cond", 0, 0)) == kept(backend, first)
+
+    second = make_records(2, start=3)
+    result = await backend.append("cond", 0, RecordBatch(second), 3)
+    assert (result.partition, result.base_offset, result.last_offset) == (0, 3, 4)
+    empty = await backend.append("cond", 0, RecordBatch([]), 5)
+    assert (empty.base_offset, empty.last_offset) == (5, 4)
+    third = make_records(3, start=5)
+    result = await backend.append("cond", 0, encoded(third), 5)
+    assert (result.base_offset, result.last_offset) == (5, 7)
+    await raises(ErrorCode.OFFSET_MISMATCH, backend.append("cond", 0, RecordBatch(second), 3))
+    stored = await read_all(backend, "cond", 0, 0)
+    assert [r.offset for r in stored] == list(range(8))
+    assert strip(stored) == kept(backend, first + second + third)
+    # the other partition has its own next offset; numbers past int64 match nothing (JetStream
+    # would read 2**64 as 0, the next offset of an empty stream)
+    for expected in (8, 1 << 63, 1 << 64, (1 << 64) + 1):
+        call = backend.append("cond", 1, RecordBatch(first), expected)
+        await raises(ErrorCode.OFFSET_MISMATCH, call)
+    result = await backend.append("cond", 1, RecordBatch(first), 0)
+    assert (result.partition, result.base_offset, result.last_offset) == (1, 0, 2)
+
+
+async def test_concurrent_conditional_appends(backend: Backend) -> None:
+    """Writers racing for the same offsets: exactly one wins each, and every winner's record
+    is at the offset it named. Then the same race with a plain writer in between: a conditional
+    record is never stored anywhere but where it asked, and the log stays dense."""
+    writers, offsets = 4, 12
+    await create_topic(backend, "race", 2)
+
+    async def conditional(partition: int, w: int, wins: list[tuple[int, int]]) -> None:
+        e = 0
+        while e < offsets:
+            record = Record(None, f"c{w}:{e}".encode(), (), T0 + e)
+            try:
+                await backend.append("race", partition, RecordBatch([record]), e)
+            except GatewayError as exc:
+                assert exc.code is ErrorCode.OFFSET_MISMATCH, exc
+            else:
+                wins.append((w, e))
+            e += 1
+            await trio.sleep(0)  # let the others in between attempts (local backends)
+
+    async def plain(partition: int, count: int) -> None:
+        for i in range(count):
+            await backend.append("race", partition, RecordBatch([Record(None, b"p%d" % i)]))
+            await trio.sleep(0)
+
+    # 1. conditional writers only: one winner per offset, no gaps, no duplicates
+    wins: list[tuple[int, int]] = []
+    async with trio.open_nursery() as nursery:
+        for w in range(writers):
+            nursery.start_soon(conditional, 0, w, wins)
+    assert sorted(e for _, e in wins) == list(range(offsets))
+    stored = await read_all(backend, "race", 0, 0)
+    assert [r.offset for r in stored] == list(range(offsets))
+    assert [r.value for r in stored] == [
+        f"c{w}:{e}".encode() for w, e in sorted(wins, key=lambda we: we[1])
+    ]
+
+    # 2. with a plain writer as well
+    wins = []
+    plain_count = 5
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(plain, 1, plain_count)
+        for w in range(writers):
+            nursery.start_soon(conditional, 1, w, wins)
+    taken = [e for _, e in wins]
+    assert len(taken) == len(set(taken)), f"an offset won twice: {sorted(wins)}"
+    stored = await read_all(backend, "race", 1, 0)
+    assert [r.offset for r in stored] == list(range(len(stored)))
+    assert len(stored) == len(wins) + plain_count
+    at = {r.offset: r.value for r in stored}
+    for w, e in wins:
+        assert at[e] == f"c{w}:{e}".encode(), (w, e, at[e])
+    assert sum(1 for v in at.values() if v.startswith(b"p")) == plain_count
 
 
 async def test_read_from_the_middle_and_limits(backend: Backend) -> None:

@@ -381,3 +381,35 @@ def test_canonical_blocks_transcode_both_ways_without_records():
         r._replace(offset=10 + i) for i, r in enumerate(records[10:])
     ]
     assert batches_to_canonical(v2, 10, 5)[1] == 5
+
+
+async def test_conditional_append_meeting_an_outside_producer_is_not_answered_ok(nursery):
+    """The documented limit of conditional appends on Kafka: a producer outside this gateway
+    (here a second backend instance, as another gateway or a Kafka client would be) that
+    appends between the watermark check and the produce is not held off. The records then
+    land one offset later, and the append must fail (INTERNAL, naming where they went), not
+    answer as if they were where asked."""
+    topic = f"outside-{uuid.uuid4().hex[:8]}"
+    ours = _backend(shared_tansu().bootstrap, kv_topic=f"__kv_{topic}")
+    theirs = _backend(shared_tansu().bootstrap, kv_topic=f"__kv_{topic}")
+    await ours.open(nursery)
+    await theirs.open(nursery)
+    await ours.create_topic(topic, 1)
+    await ours.append(topic, 0, RecordBatch([Record(None, b"a")]))
+    checked = ours.partition_info
+
+    async def check_then_someone_appends(t: str, p: int):
+        info = await checked(t, p)
+        await theirs.append(t, p, RecordBatch([Record(None, b"outside")]))
+        return info
+
+    ours.partition_info = check_then_someone_appends  # type: ignore[method-assign]
+    with pytest.raises(GatewayError) as exc:
+        await ours.append(topic, 0, RecordBatch([Record(None, b"mirrored")]), 1)
+    assert exc.value.code is ErrorCode.INTERNAL
+    assert "expected offset 1 but was stored at 2" in exc.value.message
+    del ours.partition_info
+    got = [r.value for x in await ours.read(topic, 0, 0, 10, 1 << 20) for r in x.records]
+    assert got == [b"a", b"outside", b"mirrored"]
+    await ours.close()
+    await theirs.close()

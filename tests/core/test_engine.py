@@ -76,6 +76,44 @@ async def test_produce_fetch_round_trip_with_offsets() -> None:
     assert res.high_watermark == 3
 
 
+async def test_produce_with_expected_offset() -> None:
+    """The core hands ``expected_offset`` to the backend, refuses it without an explicit
+    partition or below zero, and keeps idempotent retries answering from memory."""
+    core = make_core()
+    await core.execute(CreateTopic("t", 2))
+    await core.execute(Produce("t", batch(b"a", b"b"), partition=0))
+    err = await raises(Produce("t", batch(b"x"), partition=0, expected_offset=1), core)
+    assert err.code is ErrorCode.OFFSET_MISMATCH
+    r = await core.execute(Produce("t", batch(b"c"), partition=0, expected_offset=2))
+    assert (r.base_offset, r.last_offset) == (2, 2)
+    for cmd in (
+        Produce("t", batch(b"x"), expected_offset=3),
+        Produce("t", batch(b"x", key=b"k"), partitioning=Partitioning.KEY_HASH, expected_offset=3),
+        Produce("t", batch(b"x"), partition=0, expected_offset=-1),
+    ):
+        err = await raises(cmd, core)
+        assert err.code is ErrorCode.INVALID_REQUEST, err
+    # idempotent: a new sequence is appended conditionally, a retry answers from memory
+    idem = {"producer_id": 7, "sequence": 0}
+    r = await core.execute(Produce("t", batch(b"d"), partition=0, expected_offset=3, **idem))
+    assert r.base_offset == 3
+    retry = await core.execute(Produce("t", batch(b"d"), partition=0, expected_offset=3, **idem))
+    assert retry.appends[0].duplicate and retry.base_offset == 3
+    err = await raises(
+        Produce("t", batch(b"e"), partition=0, expected_offset=9, producer_id=7, sequence=1), core
+    )
+    assert err.code is ErrorCode.OFFSET_MISMATCH
+    res = await core.execute(Fetch("t", 0, 0))
+    assert [r.value for r in res.records] == [b"a", b"b", b"c", b"d"]
+    assert (await core.execute(ListOffsets("t", 1))).high_watermark == 0
+
+
+async def raises(cmd: Produce, core: Core) -> GatewayError:
+    with pytest.raises(GatewayError) as info:
+        await core.execute(cmd)
+    return info.value
+
+
 async def test_key_hash_partitioning_is_stable_per_key() -> None:
     core = make_core()
     await core.execute(CreateTopic("t", 4))

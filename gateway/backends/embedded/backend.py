@@ -29,7 +29,13 @@ from typing import Any
 import structlog
 import trio
 
-from gateway.backends.base import Backend, Capabilities, check_partitions, check_topic_name
+from gateway.backends.base import (
+    Backend,
+    Capabilities,
+    check_partitions,
+    check_topic_name,
+    offset_mismatch,
+)
 from gateway.backends.embedded.config import TOPIC_KEYS, EmbeddedConfig
 from gateway.backends.embedded.kv import KvStore
 from gateway.backends.embedded.log import LogSettings, PartitionLog
@@ -390,8 +396,19 @@ class EmbeddedBackend(Backend):
         return t.info
 
     # ------------------------------------------------------------------ data
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batch: RecordBatch,
+        expected_offset: int | None = None,
+    ) -> AppendResult:
         plog = self._partition(topic, partition)
+        # next_offset, not the high watermark: under fsync_always an append waiting for its
+        # fsync already owns the offsets below next_offset. No await until plog.append: the
+        # check and the append are one step.
+        if expected_offset is not None and expected_offset != plog.next_offset:
+            raise offset_mismatch(topic, partition, expected_offset, plog.next_offset)
         if batch.count == 0:
             return AppendResult(partition, plog.next_offset, plog.next_offset - 1)
         payload, count, max_ts = encode_payload(batch)

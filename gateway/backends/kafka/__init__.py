@@ -14,6 +14,10 @@ Mapping
   the round trip is exact and Kafka consumers see the right millisecond timestamp. Fetched
   batches compressed with gzip are read; other codecs raise CORRUPT_MESSAGE. Control batches of
   transactions are skipped.
+- **Conditional appends** (``expected_offset``): Kafka has none, so the partition's
+  ``AppendGate`` is held exclusive across a fresh high-watermark read and the produce (plain
+  appends hold it shared and still overlap). Producers outside this gateway are not held off:
+  records they slip in make the append land elsewhere, reported as INTERNAL, not undone.
 - **Committed offsets** (key-value namespace ``offsets``, key ``group\\x1ftopic\\x1fpartition``)
   are committed through Kafka's own group offsets (FindCoordinator + OffsetCommit v6 as a simple,
   generation -1 commit; read back with OffsetFetch v5), so Kafka consumers of the same group

@@ -24,10 +24,13 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from gateway.backends import BackendSpec
 from gateway.backends.base import (
+    AppendGate,
     Backend,
     Capabilities,
     check_partitions,
     check_topic_name,
+    landed_elsewhere,
+    offset_mismatch,
     unsupported,
 )
 from gateway.backends.kafka.connection import BrokerConnection, unavailable
@@ -201,6 +204,7 @@ class KafkaBackend(Backend):
         self._fresh: dict[tuple[str, int], tuple[int, int, float]] = {}
         self._ahead: dict[tuple[str, int], _Ahead] = {}
         self._timeout = config.request_timeout_ms / 1000
+        self._gate = AppendGate()
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self, nursery: trio.Nursery) -> None:
@@ -497,7 +501,32 @@ class KafkaBackend(Backend):
         return await self.topic(name)
 
     # ------------------------------------------------------------------ data
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batch: RecordBatch,
+        expected_offset: int | None = None,
+    ) -> AppendResult:
+        """Kafka has no conditional produce (KIP-27 was never done). A conditional append holds
+        the partition's gate exclusive across a fresh high-watermark read and the produce, so no
+        append of this gateway comes in between; a producer outside this gateway still can, and
+        then the records land at other offsets: that is reported (INTERNAL, see
+        ``landed_elsewhere``), not undone."""
+        if expected_offset is None:
+            async with self._gate.shared(topic, partition):
+                return await self._append(topic, partition, batch)
+        async with self._gate.exclusive(topic, partition):
+            self._fresh.pop((topic, partition), None)  # a cached watermark may be stale
+            hw = (await self.partition_info(topic, partition)).high_watermark
+            if hw != expected_offset:
+                raise offset_mismatch(topic, partition, expected_offset, hw)
+            result = await self._append(topic, partition, batch)
+        if batch.count and result.base_offset != expected_offset:
+            raise landed_elsewhere(topic, partition, expected_offset, result.base_offset)
+        return result
+
+    async def _append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
         meta = await self._topic_meta(topic, partition)
         now = now_us()
         if not batch.count:

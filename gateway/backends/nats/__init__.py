@@ -30,6 +30,14 @@ Mapping (``stream_prefix`` ``GW`` and ``subject_prefix`` ``gw`` are the defaults
   each; ~3x slower on nats-server 2.15). A prefix of a broken chain may stay stored without having
   been acknowledged (as after any client retry: at least once). The append returns only after
   JetStream acknowledged the last message (stored by the stream).
+- **Conditional appends** (``expected_offset``) skip the chain: JetStream atomic batches whose
+  first message carries ``Nats-Expected-Last-Sequence: <expected offset>``: with one stream per
+  partition and one subject per stream, the stream's last sequence is the partition's next offset
+  (``Nats-Expected-Last-Subject-Sequence`` would say the same with a per-subject lookup on the
+  server). JetStream refuses a batch
+  whose expectation fails (err_code 10071, OFFSET_MISMATCH) whoever wrote in between, storing
+  none of it; only a conditional append longer than ``max_batch`` can be cut between two atomic
+  batches.
 - **Reads** are one batch direct get (``$JS.API.DIRECT.GET.<stream>`` with ``seq`` and ``batch``).
 - **Topic registry, committed offsets and group state** live in the JetStream key-value bucket
   ``kv_bucket`` (default ``gateway``; stream ``KV_gateway``), so several gateway instances share

@@ -14,7 +14,13 @@ from typing import Any
 import trio
 
 from gateway.backends import BackendSpec
-from gateway.backends.base import Backend, Capabilities, check_partitions, check_topic_name
+from gateway.backends.base import (
+    Backend,
+    Capabilities,
+    check_partitions,
+    check_topic_name,
+    offset_mismatch,
+)
 from gateway.backends.nats.client import STATUS_NO_RESPONDERS, NatsClient, unavailable
 from gateway.backends.nats.protocol import Msg, encode_headers
 from gateway.model import (
@@ -39,6 +45,7 @@ JS_WRONG_LAST_SEQUENCE = 10071
 JS_WRONG_LAST_MSG_ID = 10070
 JS_SUBJECT_OVERLAP = 10065
 JS_NOT_ENABLED = (10039, 10076)
+MAX_SEQUENCE = (1 << 63) - 1  # offsets are int64 everywhere (Kafka); JetStream's are uint64
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,13 +525,30 @@ class NatsBackend(Backend):
         return shrunk
 
     # ------------------------------------------------------------------ data
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batch: RecordBatch,
+        expected_offset: int | None = None,
+    ) -> AppendResult:
         await self._info(topic, partition)
         records = batch.records
         if not records:
             part = await self.partition_info(topic, partition)
-            return AppendResult(partition, part.high_watermark, part.high_watermark - 1)
+            hw = part.high_watermark
+            if expected_offset is not None and expected_offset != hw:
+                raise offset_mismatch(topic, partition, expected_offset, hw)
+            return AppendResult(partition, hw, hw - 1)
         now = now_us()
+        if expected_offset is not None:
+            if expected_offset > MAX_SEQUENCE:
+                # JetStream parses the header modulo 2**64 (2**64 would expect an empty stream)
+                _, hw = await self._stream_state(topic, partition)
+                raise offset_mismatch(topic, partition, expected_offset, hw)
+            # no chain: a chain broken half way leaves a stored prefix, and a conditional
+            # append must store all or nothing (within one atomic batch of max_batch)
+            return await self._append_atomic(topic, partition, records, now, expected_offset)
         if len(records) > 1:
             for _ in range(2):
                 result = await self._append_chained(topic, partition, records, now)
@@ -579,19 +603,40 @@ class NatsBackend(Backend):
         return AppendResult(partition, last, seq - 1, now)
 
     async def _append_atomic(
-        self, topic: str, partition: int, records: Sequence[Record], now: int
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        now: int,
+        expected_offset: int | None = None,
     ) -> AppendResult:
-        """JetStream atomic batches of ``max_batch`` (single records: one publish)."""
+        """JetStream atomic batches of ``max_batch`` (single records: one publish).
+
+        With ``expected_offset`` the first message of every atomic batch carries
+        ``Nats-Expected-Last-Sequence`` (one stream per partition, offset = sequence - 1, so the
+        stream's last sequence *is* the partition's next offset): JetStream stores the batch only
+        if nothing else was appended since, and answers err_code 10071 otherwise. A batch of up
+        to ``max_batch`` records is all or nothing; a longer one can have its first atomic
+        batches stored when a writer slips in before a later one (reported as
+        BACKEND_UNAVAILABLE with the stored offsets, as for any partly refused batch)."""
         subject = self.subject(topic, partition)
         frames: list[tuple[str, bytes, bytes]] = []
         need_reply: list[bool] = []
         size = self.config.max_batch
         for start in range(0, len(records), size):
             chunk = records[start : start + size]
+            expect = (
+                ""
+                if expected_offset is None
+                else f"Nats-Expected-Last-Sequence: {expected_offset + start}\r\n"
+            )
             if len(chunk) == 1:
                 r = chunk[0]
                 ts = r.timestamp_us if r.timestamp_us >= 0 else now
-                frames.append((subject, r.value or b"", record_headers(r, ts)))
+                head = record_headers(r, ts)
+                if expect:
+                    head = head[:10] + expect.encode() + head[10:]
+                frames.append((subject, r.value or b"", head))
                 need_reply.append(True)
                 continue
             batch_id = os.urandom(8).hex()
@@ -600,6 +645,8 @@ class NatsBackend(Backend):
                 ts = r.timestamp_us if r.timestamp_us >= 0 else now
                 head = record_headers(r, ts)
                 extra = f"Nats-Batch-Id: {batch_id}\r\nNats-Batch-Sequence: {i}\r\n"
+                if i == 1:
+                    extra += expect
                 if i == last:
                     extra += "Nats-Batch-Commit: 1\r\n"
                 head = head[:10] + extra.encode() + head[10:]  # after "NATS/1.0\r\n"
@@ -614,6 +661,9 @@ class NatsBackend(Backend):
             err = data.get("error")
             if err is not None:
                 self._last_seq.pop((topic, partition), None)
+                if base < 0 and expected_offset is not None and _wrong_last_sequence(err):
+                    _, hw = await self._stream_state(topic, partition)
+                    raise offset_mismatch(topic, partition, expected_offset, hw)
                 if base >= 0:
                     raise GatewayError(
                         ErrorCode.BACKEND_UNAVAILABLE,
@@ -713,6 +763,12 @@ def _registry_entry(name: str, raw: bytes) -> tuple[TopicInfo, tuple[str, ...]]:
     count = int(data["partitions"])
     ids = tuple(data.get("ids", ())) or ("",) * count
     return TopicInfo(name, count, tuple(tuple(kv) for kv in data["config"])), ids
+
+
+def _wrong_last_sequence(err: dict) -> bool:
+    """A refusal of ``Nats-Expected-Last-Sequence``: err_code 10071 (also what the commit of
+    an atomic batch whose first message carried it answers)."""
+    return err.get("err_code") == JS_WRONG_LAST_SEQUENCE
 
 
 class _Conflict(Exception):

@@ -4,20 +4,22 @@ topic settings, and the offsets namespace of the key-value store."""
 from __future__ import annotations
 
 import json
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from typing import Any
-
-import trio
+from typing import Any, ClassVar
 
 from gateway.backends.base import (
+    AppendGate,
     Backend,
     Capabilities,
     check_partitions,
     check_topic_name,
+    landed_elsewhere,
+    offset_mismatch,
     unsupported,
 )
 from gateway.backends.upstream.pool import Pool
-from gateway.model import ErrorCode, GatewayError, Record, TopicInfo
+from gateway.model import AppendResult, ErrorCode, GatewayError, Record, RecordBatch, TopicInfo
 
 OFFSETS_NS = "offsets"  # gateway.core.groups: key "group\x1ftopic\x1fpartition"
 PROTOCOLS = ("kafka08", "iggy", "tank", "liftbridge", "cursus")
@@ -83,6 +85,9 @@ class UpstreamBackend(Backend):
     type_name = "upstream"
     protocol = ""
     protocol_errors: tuple[type[BaseException], ...] = ()
+    serial_appends: ClassVar[bool] = False
+    """True for protocols whose produce answer carries no offsets (TANK, Iggy): every append
+    holds ``append_lock`` (see there). False: plain appends run concurrently."""
 
     def __init__(self, name: str, config: UpstreamConfig) -> None:
         super().__init__(name)
@@ -99,7 +104,7 @@ class UpstreamBackend(Backend):
         )
         # per-topic settings the protocol has no place for (kept for this process's lifetime)
         self._topic_config: dict[str, tuple[tuple[str, str], ...]] = {}
-        self._append_locks: dict[tuple[str, int], trio.Lock] = {}
+        self._append_gate = AppendGate()
 
     # ------------------------------------------------------------------ connections
     async def _connect(self) -> Any:
@@ -159,17 +164,41 @@ class UpstreamBackend(Backend):
     async def call(self, fn: Any, retry: bool = True) -> Any:
         return await self.pool.call(fn, retry=retry)
 
-    def append_lock(self, topic: str, partition: int) -> trio.Lock:
-        """Serializes this process's appends to one partition, for protocols whose produce
-        answer carries no offsets (TANK, Iggy): the offsets an append reports are read from
-        the watermark after it, which is only its own while no other append of ours runs.
-        Writers outside this gateway cannot be seen; their records can still shift what an
-        append reports (docs/decisions.md)."""
-        key = (topic, partition)
-        lock = self._append_locks.get(key)
-        if lock is None:
-            lock = self._append_locks[key] = trio.Lock()
-        return lock
+    def append_lock(self, topic: str, partition: int) -> AbstractAsyncContextManager[None]:
+        """Holds off this process's other appends to one partition (the partition's
+        :class:`AppendGate` taken exclusive). Taken by every append of a protocol whose produce
+        answer carries no offsets (TANK, Iggy: the offsets an append reports are read from the
+        watermark after it, which is only its own while no other append of ours runs), and by
+        every conditional append (``expected_offset``: no upstream protocol has a conditional
+        produce, so the watermark check and the produce must not be split by an append of
+        ours). Writers outside this gateway cannot be seen; their records can still shift what
+        an append reports, or land between a conditional append's check and its produce
+        (docs/decisions.md)."""
+        return self._append_gate.exclusive(topic, partition)
+
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batch: RecordBatch,
+        expected_offset: int | None = None,
+    ) -> AppendResult:
+        if expected_offset is None and not self.serial_appends:
+            async with self._append_gate.shared(topic, partition):
+                return await self._append(topic, partition, batch)
+        async with self.append_lock(topic, partition):
+            if expected_offset is not None:
+                hw = (await self.partition_info(topic, partition)).high_watermark
+                if hw != expected_offset:
+                    raise offset_mismatch(topic, partition, expected_offset, hw)
+            result = await self._append(topic, partition, batch)
+        if expected_offset is not None and batch.count and result.base_offset != expected_offset:
+            raise landed_elsewhere(topic, partition, expected_offset, result.base_offset)
+        return result
+
+    async def _append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+        """The protocol's produce (called by ``append``, under the gate)."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ offsets in the kv store
     async def commit_offset(

@@ -138,7 +138,7 @@ class CursusUpstream(UpstreamBackend):
         return PartitionInfo(topic, partition, 0, int(parts[partition]["hwm"]))
 
     # ------------------------------------------------------------------ data
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def _append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
         records = batch.records
         if not records:
             info = await self.partition_info(topic, partition)

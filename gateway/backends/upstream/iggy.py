@@ -88,6 +88,7 @@ def status_error(exc: IggyStatusError, what: str) -> GatewayError:
 
 class IggyUpstream(UpstreamBackend):
     protocol = "iggy"
+    serial_appends = True  # the send answer has no offsets: read from the watermark after
     protocol_errors = (c.RemoteProtocolError,)
     capabilities = upstream_capabilities(
         keys=False,
@@ -223,7 +224,7 @@ class IggyUpstream(UpstreamBackend):
         return PartitionInfo(topic, partition, start, hw)
 
     # ------------------------------------------------------------------ data
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def _append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
         records = batch.records
         if not records:
             info = await self.partition_info(topic, partition)
@@ -249,8 +250,7 @@ class IggyUpstream(UpstreamBackend):
             except IggyStatusError as exc:
                 return exc
 
-        async with self.append_lock(topic, partition):
-            result = await self.call(run, retry=False)
+        result = await self.call(run, retry=False)  # under append_lock
         if isinstance(result, IggyStatusError):
             raise status_error(result, f"send to {topic}/{partition}")
         _, hw = self._watermarks(result.partitions[partition])

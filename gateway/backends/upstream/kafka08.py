@@ -136,7 +136,7 @@ class Kafka08Upstream(UpstreamBackend):
         return PartitionInfo(topic, partition, start, hw)
 
     # ------------------------------------------------------------------ data
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def _append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
         records = batch.records
         if not records:
             info = await self.partition_info(topic, partition)

@@ -143,7 +143,7 @@ class LiftbridgeUpstream(UpstreamBackend):
         return PartitionInfo(topic, partition, 0, md.highWatermark + 1)
 
     # ------------------------------------------------------------------ data
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def _append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
         records = batch.records
         if not records:
             info = await self.partition_info(topic, partition)

@@ -49,6 +49,7 @@ _CONSUME_ERRORS = {
 
 class TankUpstream(UpstreamBackend):
     protocol = "tank"
+    serial_appends = True  # the produce answer has no offsets: read from the watermark after
     protocol_errors = (tc.RemoteProtocolError,)
     capabilities = upstream_capabilities(
         headers=False,
@@ -111,7 +112,7 @@ class TankUpstream(UpstreamBackend):
         raise unsupported("deleting topics (TANK has no such request)", self.name)
 
     # ------------------------------------------------------------------ data
-    async def append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
+    async def _append(self, topic: str, partition: int, batch: RecordBatch) -> AppendResult:
         records = batch.records
         if not records:
             info = await self.partition_info(topic, partition)
@@ -131,8 +132,7 @@ class TankUpstream(UpstreamBackend):
                 return None, []
             return status, await client.discover_partitions(self.up(topic))
 
-        async with self.append_lock(topic, partition):
-            status, parts = await self.call(produce, retry=False)
+        status, parts = await self.call(produce, retry=False)  # under append_lock
         if status is None:
             raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {topic!r}")
         if status != tc.P_OK:

@@ -115,6 +115,7 @@ _PRODUCE_STATUS = {
     ErrorCode.READ_ONLY: P_READ_ONLY,
     ErrorCode.DUPLICATE_SEQUENCE: P_INVALID_SEQNUMS,
     ErrorCode.OUT_OF_ORDER_SEQUENCE: P_INVALID_SEQNUMS,
+    ErrorCode.OFFSET_MISMATCH: P_INVALID_SEQNUMS,
 }
 _CREATE_ERR = {
     ErrorCode.TOPIC_EXISTS: CT_EXISTS,
@@ -247,14 +248,16 @@ class TankSession:
         assert info is not None  # the server-role decoder validated the bundle
         header = info.header
         explicit = header.first_seq if header.sparse else (p.base_seqnum if with_seqnum else 0)
+        expected_offset: int | None = None
         if explicit:
             # Explicit sequence numbers (mirroring). Offsets are dense in the model, so they must
-            # continue the partition exactly: hwmark + 1, consecutive (DESIGN.md decision).
+            # continue the partition exactly: hwmark + 1, consecutive (DESIGN.md decision). The
+            # "continues exactly" part is the backend's conditional append (expected_offset),
+            # not a watermark read here: another writer can append between a read and the
+            # produce, and the records would land at other sequence numbers than named.
             if not info.contiguous:
                 return P_INVALID_SEQNUMS
-            hw = (await self.core.execute(ListOffsets(topic, p.partition))).high_watermark
-            if explicit != hw + 1:
-                return P_INVALID_SEQNUMS
+            expected_offset = explicit - 1
         if header.sparse:
             # sparse bundles carry their own sequence numbers; keep plain records instead
             _, msgs = decode_bundle(p.bundle)
@@ -269,7 +272,14 @@ class TankSession:
                 count=header.count,
                 max_timestamp_us=info.max_ts_ms * 1000,
             )
-        await self.core.execute(Produce(topic, batch, partition=p.partition))
+        try:
+            await self.core.execute(
+                Produce(topic, batch, partition=p.partition, expected_offset=expected_offset)
+            )
+        except GatewayError as exc:
+            if exc.code is ErrorCode.OFFSET_MISMATCH:
+                return P_INVALID_SEQNUMS  # the client's answer, not a failure to log
+            raise
         _records_in.inc(header.count)
         return P_OK
 
