@@ -3,11 +3,18 @@
 A retry of the last acknowledged batch (same producer, epoch and first sequence) is answered with
 the offsets it got the first time, without appending again; a gap in the sequence is refused.
 State is in memory: it protects against client retries within one gateway's lifetime.
+
+One producer's appends to one partition go one at a time (a lock per producer and partition,
+held across the check, the append and the state update): a retry sent on a second connection
+while the first send is still being appended must wait for it and be answered as a duplicate,
+not append the batch again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import trio
 
 from gateway.backends.base import Backend
 from gateway.model import AppendResult, ErrorCode, GatewayError, RecordBatch
@@ -24,6 +31,7 @@ class _ProducerState:
 class ProducerRegistry:
     def __init__(self) -> None:
         self._state: dict[tuple[str, int, int | str], _ProducerState] = {}
+        self._locks: dict[tuple[str, int, int | str], trio.Lock] = {}
 
     async def append(
         self,
@@ -39,6 +47,33 @@ class ProducerRegistry:
         """A retry of the last batch is answered from memory before ``expected_offset`` is
         looked at (its records are where they were); a new batch is appended conditionally."""
         key = (topic, partition, producer_id)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = trio.Lock()
+        try:
+            lock.acquire_nowait()  # no schedule point when uncontended (the usual)
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            return await self._append_locked(
+                key, backend, batch, producer_id, epoch, sequence, expected_offset
+            )
+        finally:
+            lock.release()
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._locks.pop(key, None)
+
+    async def _append_locked(
+        self,
+        key: tuple[str, int, int | str],
+        backend: Backend,
+        batch: RecordBatch,
+        producer_id: int | str,
+        epoch: int,
+        sequence: int,
+        expected_offset: int | None,
+    ) -> AppendResult:
+        topic, partition, _ = key
         state = self._state.get(key)
         if state is not None and epoch == state.epoch:
             if sequence == state.first_seq:

@@ -210,3 +210,31 @@ async def test_group_membership_range_assignment_and_rebalance() -> None:
     await core.execute(LeaveGroup("g", b.member_id))
     sa = await core.execute(SyncGroup("g", a.member_id, b.generation + 1))
     assert sorted(sa.assignment.partitions) == [("t", 0), ("t", 1), ("t", 2)]
+
+
+class _SlowAppends(MemoryBackend):
+    """Appends that yield before storing, as a network backend's do."""
+
+    async def append(self, *args, **kw):  # type: ignore[no-untyped-def]
+        await trio.sleep(0.01)
+        return await super().append(*args, **kw)
+
+
+async def test_concurrent_sends_of_one_idempotent_batch_append_it_once() -> None:
+    """A retry on another connection while the first send is still being appended waits for
+    it and is answered as the duplicate it is."""
+    core = Core({"a": _SlowAppends("a")}, [("*", "a")])
+    await core.execute(CreateTopic("t", 1))
+    cmd = Produce("t", batch(b"x", b"y"), partition=0, producer_id=7, sequence=0)
+    results = []
+
+    async def send() -> None:
+        results.append(await core.execute(cmd))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(send)
+    assert sorted(r.appends[0].duplicate for r in results) == [False, True, True]
+    assert {(r.base_offset, r.last_offset) for r in results} == {(0, 1)}
+    assert (await core.execute(ListOffsets("t", 0))).high_watermark == 2
+    assert core.producers._locks == {}
