@@ -88,6 +88,9 @@ _STATUS_FOR: dict[ErrorCode, Status] = {
     ErrorCode.TIMEOUT: Status.DEADLINE_EXCEEDED,
     ErrorCode.UNSUPPORTED: Status.UNIMPLEMENTED,
     ErrorCode.DUPLICATE_SEQUENCE: Status.ALREADY_EXISTS,
+    # a unary Publish whose expectedOffset missed: the reference server turns the
+    # INCORRECT_OFFSET ack into Unknown
+    ErrorCode.OFFSET_MISMATCH: Status.UNKNOWN,
     ErrorCode.OUT_OF_ORDER_SEQUENCE: Status.FAILED_PRECONDITION,
     ErrorCode.INTERNAL: Status.INTERNAL,
 }
@@ -102,6 +105,24 @@ _ASYNC_CODE_FOR: dict[Status, int] = {
 
 def status_for(code: ErrorCode) -> Status:
     return _STATUS_FOR.get(code, Status.INTERNAL)
+
+
+# A stream created with optimisticConcurrencyControl: a publish whose expectedOffset is not -1
+# is stored only at exactly that offset (Produce.expected_offset), else refused.
+OCC_KEY = "liftbridge.optimistic_concurrency"
+NO_EXPECTED_OFFSET = -1
+
+
+def expected_offset(req: pb.PublishRequest, info: TopicInfo) -> int | None:
+    """The offset ``req`` must get on stream ``info``, None when unchecked. Optimistic
+    concurrency needs acks (the reference server refuses ackPolicy NONE on such a stream)."""
+    if info.get(OCC_KEY) != "true":
+        return None
+    if req.ackPolicy == pb.NONE:
+        raise RpcError(
+            Status.INVALID_ARGUMENT, "optimistic concurrency control requires an ack policy"
+        )
+    return None if req.expectedOffset == NO_EXPECTED_OFFSET else req.expectedOffset
 
 
 def rpc_error(exc: GatewayError) -> RpcError:
@@ -258,6 +279,8 @@ class Service:
         config = [("subject", req.subject), ("created_ns", str(time.time_ns()))]
         if req.group:
             config.append(("liftbridge.group", req.group))
+        if req.HasField("optimisticConcurrencyControl") and req.optimisticConcurrencyControl.value:
+            config.append((OCC_KEY, "true"))
         for field_name, key in (
             ("retentionMaxAge", "retention_ms"),
             ("retentionMaxBytes", "retention_bytes"),
@@ -398,6 +421,7 @@ class Service:
             raise RpcError(Status.INVALID_ARGUMENT, "stream must not be empty")
         info = await self._partition(req.stream, req.partition)
         self._check_writable(req.stream, req.partition, info.partitions)
+        expected = expected_offset(req, info)
         received_ns = time.time_ns()
         if not req.ackInbox:
             req.ackInbox = new_inbox()
@@ -407,6 +431,7 @@ class Service:
                 RecordBatch([self._record(req, received_ns // 1000)]),
                 req.partition,
                 acks=Acks.NONE if req.ackPolicy == pb.NONE else Acks.ALL,
+                expected_offset=expected,
             )
         )
         labelled(RECORDS_IN, PROTOCOL).inc()
@@ -487,6 +512,9 @@ class Service:
             try:
                 info = await self._partition(first.stream, first.partition, cached=True)
                 self._check_writable(first.stream, first.partition, info.partitions)
+                if info.get(OCC_KEY) == "true":
+                    await self._publish_checked(run, info, inbox, respond)
+                    continue
                 received_ns = time.time_ns()
                 now_us = received_ns // 1000
                 record = self._record
@@ -516,6 +544,54 @@ class Service:
             acks = encoder.frames(base, run, pb.NONE)
             if acks:
                 respond([acks])
+
+    async def _publish_checked(
+        self,
+        requests: Sequence[pb.PublishRequest],
+        info: TopicInfo,
+        inbox: str,
+        respond: Callable[[list[bytes]], None],
+    ) -> None:
+        """PublishAsync requests of one partition of an optimistic-concurrency stream: one
+        conditional produce each (every request names its own offset), answered with its ack,
+        or with INCORRECT_OFFSET / BAD_REQUEST as the reference server does."""
+        for r in requests:
+            received_ns = time.time_ns()
+            try:
+                expected = expected_offset(r, info)
+                result = await self._execute(
+                    Produce(
+                        r.stream,
+                        RecordBatch([self._record(r, received_ns // 1000)]),
+                        r.partition,
+                        acks=Acks.ALL,
+                        expected_offset=expected,
+                    )
+                )
+            except RpcError as exc:
+                if exc.status == Status.UNKNOWN:  # OFFSET_MISMATCH, see _STATUS_FOR
+                    error = pb.PublishAsyncError(
+                        code=pb.PublishAsyncError.INCORRECT_OFFSET, message=exc.message
+                    )
+                    answer = pb.PublishResponse(
+                        correlationId=r.correlationId, asyncError=error, ack=pb.Ack()
+                    )
+                else:
+                    answer = _async_error(r, exc)
+                respond([frame_message(answer.SerializeToString())])
+                continue
+            self._records_in.inc()
+            r.ackInbox = inbox
+            ack = self._ack(r, info, r.partition, result.base_offset, received_ns)
+            respond(
+                [
+                    frame_message(
+                        pb.PublishResponse(
+                            ack=ack, correlationId=r.correlationId
+                        ).SerializeToString()
+                    )
+                ]
+            )
 
     # ------------------------------------------------------------------ subscribe
     async def subscribe_range(self, req: pb.SubscribeRequest) -> tuple[int, int | None, int]:

@@ -418,3 +418,42 @@ def test_a_quiet_subscription_outlives_the_listener_timeouts(tmp_path: Path) -> 
                 grpc_module().APIStub(other).Publish(pb.PublishRequest(stream="quiet", value=b"x"))
             assert next(it).value == b"x"
         assert "timeout" not in gw.log_text().lower()
+
+
+def test_optimistic_concurrency_control(api) -> None:
+    """A stream created with optimisticConcurrencyControl stores a publish only at its
+    expectedOffset (-1: anywhere): a miss is Unknown on Publish and INCORRECT_OFFSET on
+    PublishAsync, with nothing stored; ackPolicy NONE is refused. Other streams ignore it."""
+    api.CreateStream(
+        pb.CreateStreamRequest(
+            name="occ", subject="occ", optimisticConcurrencyControl=pb.NullableBool(value=True)
+        )
+    )
+    publish = api.Publish
+    req = pb.PublishRequest
+    assert publish(req(stream="occ", value=b"a", expectedOffset=0), timeout=5).ack.offset == 0
+    stale = req(stream="occ", value=b"x", expectedOffset=0)
+    assert code_of(publish, stale, timeout=5) == grpc.StatusCode.UNKNOWN
+    ahead = req(stream="occ", value=b"x", expectedOffset=5)
+    assert code_of(publish, ahead, timeout=5) == grpc.StatusCode.UNKNOWN
+    unacked = req(stream="occ", value=b"x", expectedOffset=1, ackPolicy=pb.NONE)
+    assert code_of(publish, unacked, timeout=5) == grpc.StatusCode.INVALID_ARGUMENT
+    assert publish(req(stream="occ", value=b"b", expectedOffset=-1), timeout=5).ack.offset == 1
+    reqs = [
+        req(stream="occ", value=b"c", correlationId="c", expectedOffset=2),
+        req(stream="occ", value=b"x", correlationId="stale", expectedOffset=2),
+        req(stream="occ", value=b"d", correlationId="d", expectedOffset=3),
+        req(stream="occ", value=b"x", correlationId="none", expectedOffset=4, ackPolicy=pb.NONE),
+    ]
+    out = {r.correlationId: r for r in api.PublishAsync(iter(reqs), timeout=10)}
+    assert (out["c"].ack.offset, out["c"].ack.correlationId) == (2, "c")
+    assert (out["d"].ack.offset, out["d"].ack.correlationId) == (3, "d")
+    assert out["stale"].asyncError.code == pb.PublishAsyncError.INCORRECT_OFFSET
+    assert out["none"].asyncError.code == pb.PublishAsyncError.BAD_REQUEST
+    got, _ = subscribe_all(
+        api, timeout=2, stream="occ", startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST
+    )
+    assert [m.value for m in got[1:]] == [b"a", b"b", b"c", b"d"]  # after the handshake
+    # a stream without it: the expected offset is not looked at
+    create(api, "plain-occ")
+    assert publish(req(stream="plain-occ", value=b"a", expectedOffset=7), timeout=5).ack.offset == 0
