@@ -215,18 +215,20 @@ def _located(raw: Any, pos: Any, ends: Any, blocks: Blocks) -> _Fields:
 
     try:
         fields = _fields(raw, pos)
+        if np.array_equal(fields.ends, ends):
+            return fields
     except IndexError:  # a table entry, or a length read there, pointing outside the answer
-        fields = None
-    if fields is not None and np.array_equal(fields.ends, ends):
-        return fields
-    if fields is None:
-        bad = 0
-    else:
-        bad = int(np.flatnonzero(fields.ends != ends)[0])
-    for base, _take, at in reversed(blocks):
-        if bad >= at:
-            raise ValueError(_mismatch(base, bad - at))
-    raise ValueError(_mismatch(blocks[0][0], 0))  # pragma: no cover
+        pass
+    # Refused: find the first record that does not fit, one at a time (the error path only).
+    for base, take, at in blocks:
+        for i in range(at, at + take):
+            try:
+                fits = int(_fields(raw, pos[i : i + 1]).ends[0]) == int(ends[i])
+            except IndexError:
+                fits = False
+            if not fits:
+                raise ValueError(_mismatch(base, i - at))
+    raise ValueError(_mismatch(blocks[0][0], 0))  # pragma: no cover (some record did not fit)
 
 
 def _cut(buf: Any, bounds: tuple[Any, ...], valid: tuple[Any, ...], n: int) -> list[Any]:
