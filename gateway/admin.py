@@ -10,7 +10,8 @@
   ``GET /v1/topics``, ``POST /v1/topics`` ``{"name", "partitions"}``,
   ``POST /v1/topics/{topic}/records`` ``{"records": [{"key", "value", "headers", "timestamp_us",
   "partition"}]}``, ``GET /v1/topics/{topic}/records?partition=&offset=&max=&max_wait_ms=``
-  (``&format=binary``: canonical batches, see :func:`binary_fetch`; ``POST`` with
+  (``&format=binary``: canonical batches, ``&starts=1`` as stored, with record start tables,
+  see :func:`binary_fetch`; ``POST`` with
   ``?format=binary[&partition=]`` takes one canonical batch, see :func:`produce_binary`),
   ``GET /v1/topics/{topic}/offsets`` (``?timestamp_us=``: also the offset for that time).
 - Groups: ``GET /v1/groups``, ``GET /v1/groups/{group}`` (members, assignment, committed offsets,
@@ -33,7 +34,14 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import gateway
-from gateway.canonical import CANONICAL, CanonicalCodecError, peek_header
+from gateway.canonical import (
+    CANONICAL,
+    CanonicalCodecError,
+    check_block,
+    cut,
+    peek_header,
+    without_starts,
+)
 from gateway.core.groups import describe_group, group_summaries, reset_offsets
 from gateway.model import (
     CreateTopic,
@@ -284,7 +292,8 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
                 )
             )
             if query.get("format", ["json"])[0] == "binary":
-                return 200, "application/octet-stream", binary_fetch(result)
+                starts = query.get("starts") == ["1"]
+                return 200, "application/octet-stream", binary_fetch(result, starts)
             return js(
                 {
                     "topic": topic,
@@ -327,35 +336,58 @@ async def _reset_offsets(core: Any, group: str, req: dict[str, Any]) -> list[dic
     return await reset_offsets(core, group, topic, to, partitions, bool(req.get("force")))
 
 
-def binary_fetch(result: Any) -> bytes:
+def binary_fetch(result: Any, starts: bool = False) -> bytes:
     """A fetch answer for ``?format=binary`` (the Spark pipeline's reader): high_watermark i64 |
     log_start_offset i64 | block count u32, then per block base_offset i64 | length u32 | a
-    canonical batch (gateway/canonical.py). Stored canonical blocks pass through untouched."""
+    canonical batch (gateway/canonical.py).
+
+    With ``starts`` (``&starts=1``: the reader knows canonical version 3) stored canonical
+    blocks pass through untouched, with the record start tables their writers made (version 3;
+    blocks stored before them are version 1), and other batches are encoded as version 3.
+    Without it every block is version 1, as readers that predate the tables expect: a stored
+    version-3 block loses its table (one copy, no per-record work). Either way a window of a
+    stored version-3 block is cut out by its table as version 1, not re-encoded record by
+    record; the gateway never walks a block to make a table."""
     parts = [b""]
     for batch in result.batches:
-        block = batch.encode(CANONICAL)
+        block = _fetch_block(batch, starts)
         parts.append(_BLOCK_HEAD.pack(batch.first_offset, len(block)))
         parts.append(bytes(block))
     parts[0] = _FETCH_HEAD.pack(result.high_watermark, result.log_start_offset, len(parts) // 2)
     return b"".join(parts)
 
 
+def _fetch_block(batch: Any, starts: bool) -> bytes | memoryview:
+    """One block of a binary fetch answer (see :func:`binary_fetch`)."""
+    whole = batch.encoded_as(CANONICAL)
+    if whole is not None:
+        return whole if starts else without_starts(whole)
+    window = batch.encoded_window(CANONICAL)
+    if window is not None:
+        block = cut(*window)
+        if block is not None:
+            return block
+    return CANONICAL.encode(batch.records, starts=starts)
+
+
 async def produce_binary(
     core: Any, topic: str, partition: str | None, body: bytes
 ) -> dict[str, Any]:
     """``POST .../records?format=binary[&partition=N]``: the body is one canonical batch
-    (gateway/canonical.py), validated by decoding it once, then appended as the encoded block.
-    Without a partition, keyed records go by key hash and keyless ones round-robin."""
+    (gateway/canonical.py, version 1 or 3), checked by one walk over its records (which also
+    makes a version-1 body's start table, and checks a version-3 body's), then appended as
+    the encoded block (version 3). Without a partition, keyed records go by key hash and
+    keyless ones round-robin."""
     try:
-        count = len(CANONICAL.decode(body, -1))
+        block, count = check_block(body)
     except CanonicalCodecError as exc:
         raise HttpError(400, f"body is not a canonical batch: {exc}") from None
     if count == 0:
         raise HttpError(400, "the batch holds no records")
     if partition is not None and not partition.lstrip("-").isdigit():
         raise HttpError(400, f"query parameter partition={partition!r} is not an integer")
-    _, _, max_ts = peek_header(body)
-    batch = RecordBatch(encoded=body, codec=CANONICAL, count=count, max_timestamp_us=max_ts)
+    _, _, max_ts = peek_header(block)
+    batch = RecordBatch(encoded=block, codec=CANONICAL, count=count, max_timestamp_us=max_ts)
     await core.topic(topic, create=True)
     res = await core.execute(
         Produce(

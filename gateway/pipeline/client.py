@@ -10,6 +10,10 @@ Two wire formats for records:
 - ``binary`` (the default): ``GET .../records?format=binary`` answers with the canonical batch
   encoding of ``gateway/canonical.py`` plus a small header, so the gateway does no per-record work
   for stored canonical batches and the reader decodes with ``struct``. See docs/decisions.md.
+  The client asks for the blocks as stored (``&starts=1``): canonical version 3 carries a table
+  of record start positions that the Spark reader uses to decode with numpy alone
+  (``gateway/pipeline/columnar.py``); version 1 (blocks stored before the tables, or a gateway
+  that predates them) is decoded the same way after a walk.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-from gateway.canonical import CANONICAL, FIELD, HEADER, RECORD
+from gateway.canonical import CANONICAL, FIELD, RECORD, CanonicalCodecError, records_at
 from gateway.model import Record, now_us
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -229,10 +233,14 @@ class GatewayClient:
         max_records: int = 10_000,
         max_bytes: int = 4 << 20,
         max_wait_ms: int = 0,
+        starts: bool = True,
     ) -> bytes:
-        """The raw ``format=binary`` answer (see :func:`decode_binary_fetch` for its layout)."""
+        """The raw ``format=binary`` answer (see :func:`decode_binary_fetch` for its layout).
+        ``starts``: blocks as stored, canonical version 3 (with record start tables) or 1;
+        without it all version 1 (what readers that predate the tables get)."""
         path = self._records_path(topic, partition, offset, max_records, max_bytes, max_wait_ms)
-        status, ctype, data = self._raw("GET", path + "&format=binary")
+        query = "&format=binary&starts=1" if starts else "&format=binary"
+        status, ctype, data = self._raw("GET", path + query)
         if status >= 400 or not ctype.startswith("application/octet-stream"):
             self._raise_for(status, data)
         return data
@@ -264,8 +272,10 @@ class GatewayClient:
         path = self._topic_path(topic) + "/records?format=binary"
         if partition is not None:
             path += f"&partition={partition}"
+        # version 1: gateways of every age take it, and the gateway's check of the body (one
+        # walk, which it does anyway) makes the start table it stores
         status, _, data = self._raw(
-            "POST", path, CANONICAL.encode(records), "application/octet-stream"
+            "POST", path, CANONICAL.encode(records, starts=False), "application/octet-stream"
         )
         obj = json.loads(data) if data else None
         if status >= 400:
@@ -361,10 +371,12 @@ def decode_binary_fetch(data: bytes, into: Columns | None = None) -> tuple[Colum
         base, length = BLOCK_HEAD.unpack_from(data, pos)
         pos += BLOCK_HEAD.size
         end = pos + length
-        version, count, _, _ = HEADER.unpack_from(data, pos)
-        if version != 1:
-            raise ValueError(f"unknown canonical batch version {version}")
-        pos += HEADER.size
+        try:
+            _, count, pos = records_at(data, pos)  # version 1 or 3 (its table not needed here)
+        except CanonicalCodecError as exc:
+            raise ValueError(f"canonical block at offset {base}: {exc}") from None
+        if pos > end:
+            raise ValueError(f"canonical block at offset {base} overruns its {length} bytes")
         cols.offsets.extend(range(base, base + count))
         for _ in range(count):
             ts, klen, vlen, nh = unpack(data, pos)

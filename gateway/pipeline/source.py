@@ -210,7 +210,8 @@ def freeze_worker_gc() -> None:
 def read_range(opts: ReaderOptions, part: OffsetRange) -> Iterator[Any]:
     """Yield pyarrow RecordBatches holding exactly the records [start, end) of the partition
     (fewer only when records were deleted and failOnDataLoss is false), one per page, decoded
-    column-wise from the binary format (``gateway/pipeline/columnar.py``)."""
+    column-wise from the binary format, blocks as stored: with record start tables (canonical
+    version 3) or, stored before them, without (``gateway/pipeline/columnar.py``)."""
     from gateway.pipeline.client import GatewayClient, GatewayClientError
     from gateway.pipeline.columnar import decode_fetch_arrow
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -624,3 +625,77 @@ def test_reads_match_what_was_appended(
             assert strip(await read_all(b, "p", 0, 0)) == strip(expected)
 
     trio.run(run)
+
+
+# ----------------------------------------------------------------------- canonical versions
+
+
+def v1_block(records: list[Record]) -> bytes:
+    """A canonical version-1 block packed by hand, as logs written before 2026-11-25 hold."""
+    parts = [b""]
+    for r in records:
+        key, value = r.key, r.value
+        parts.append(
+            struct.pack(
+                "<qiiH",
+                r.timestamp_us,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+                len(r.headers),
+            )
+        )
+        parts += [key or b"", value or b""]
+        for name, hval in r.headers:
+            parts += [struct.pack("<HI", len(name.encode()), len(hval)), name.encode(), hval]
+    stamps = [r.timestamp_us for r in records]
+    parts[0] = CANONICAL_HEADER.pack(1, len(records), min(stamps), max(stamps))
+    return b"".join(parts)
+
+
+async def test_a_log_written_before_start_tables_is_still_read(tmp_path: Path) -> None:
+    """Frames of version-1 blocks (as the old code wrote them) and version-3 ones in one log:
+    recovery accepts both, reads hand both out, whole and as windows."""
+    expected = make_records(60)
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("old", 1)
+        log = plog(backend, "old")
+        for i in range(0, 30, 10):  # the old format, written as the old code did
+            log.append(v1_block(expected[i : i + 10]), 10, expected[i + 9].timestamp_us)
+        log.high_watermark = log.next_offset
+        for i in range(30, 60, 10):  # then the new code appends
+            await backend.append("old", 0, encoded(expected[i : i + 10]))
+        crash(backend)
+    raw = segment_files(tmp_path, "old")[0].read_bytes()
+    versions, pos = [], 0
+    while pos < len(raw):
+        versions.append(raw[pos + FRAME.size])
+        pos += FRAME.size + FRAME.unpack_from(raw, pos)[0]
+    assert versions == [1, 1, 1, 3, 3, 3]
+    async with embedded(tmp_path) as backend:  # recovery scans every frame
+        assert plog(backend, "old").high_watermark == 60
+        got = await backend.read("old", 0, 0, 100, 1 << 20)
+        assert [bytes(b.encoded_as(CANONICAL))[0] for b in got] == versions
+        assert strip(await read_all(backend, "old", 0, 0)) == strip(expected)
+        for start in (3, 25, 33, 57):
+            [window, *_] = await backend.read("old", 0, start, 4, 1 << 20)
+            assert strip(window.records) == strip(expected[start : start + window.count])
+
+
+async def test_a_frame_whose_start_table_does_not_fit_is_cut_at_recovery(tmp_path: Path) -> None:
+    """The CRC covers the table, so a torn or damaged one is found as before; a frame written
+    with a table that cannot belong to its block (CRC and all) is found by the frame check."""
+    expected = make_records(25)
+    async with embedded(tmp_path) as backend:
+        await backend.create_topic("tbl", 1)
+        await backend.append("tbl", 0, encoded(expected[:10]))
+        await backend.append("tbl", 0, encoded(expected[10:20]))
+        bad = bytearray(CANONICAL.encode(expected[20:]))
+        struct.pack_into("<I", bad, CANONICAL_HEADER.size, 5)  # record 0 must start at 0
+        plog(backend, "tbl").append(bytes(bad), 5, expected[-1].timestamp_us)
+        crash(backend)
+    with structlog.testing.capture_logs() as logs:
+        async with embedded(tmp_path) as backend:
+            assert plog(backend, "tbl").high_watermark == 20
+            assert strip(await read_all(backend, "tbl", 0, 0)) == strip(expected[:20])
+    [event] = [e for e in logs if e["event"] == "embedded.recovery.truncated"]
+    assert "start table" in event["reason"] and event["kept_through_offset"] == 19

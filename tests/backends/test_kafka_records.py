@@ -19,7 +19,7 @@ from gateway.backends.kafka.records import (
     decode_batches,
     encode_batch,
 )
-from gateway.canonical import CANONICAL
+from gateway.canonical import CANONICAL, VERSION_STARTS, check_block, without_starts
 from gateway.model import Record, RecordBatch
 from gateway.protocols.kafka08.messageset import encode_fetch, encode_message_set, parse_produce
 
@@ -208,3 +208,22 @@ def test_truncated_and_corrupt_records_raise():
         batches_to_canonical(bad, 0, 100)
     with pytest.raises(KafkaRecordError):
         decode_batches(bad)
+
+
+@pytest.mark.parametrize(("key", "value", "ts", "headers"), SHAPES)
+def test_start_tables_both_ways(slow, key, value, ts, headers):
+    """Produce: a version-1 block (stored before the tables) and a version-3 one give the same
+    v2 batch. Fetch: the canonical block made from a Fetch answer carries a start table that is
+    what a walk finds (check_block refuses any other), on the run path and the record path."""
+    records = uniform(200, key, value, ts, headers)
+    records[150] = Record(b"odd", b"v" * 3, (), ts + 1)  # a record of another shape in a run
+    v3 = CANONICAL.encode(records)
+    assert v3[0] == VERSION_STARTS
+    assert canonical_to_batch(v3, 0, 7) == canonical_to_batch(without_starts(v3), 0, 7)
+    data = encode_batch(records, 0, 7)
+    for start, limit in ((7, 1 << 30), (9, 100), (7 + 149, 3)):
+        for path in (batches_to_canonical, lambda *a: slow(batches_to_canonical, *a)):
+            got = path(data, start, limit)
+            assert got is not None
+            block, count, _ = got
+            assert block[0] == VERSION_STARTS and check_block(block) == (block, count)

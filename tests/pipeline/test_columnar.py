@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from gateway.canonical import CANONICAL
+from gateway.canonical import CANONICAL, HEADER, without_starts
 from gateway.model import Record
 from gateway.pipeline.client import decode_binary_fetch
 from gateway.pipeline.columnar import decode_fetch_arrow
@@ -43,7 +43,10 @@ def reference(data: bytes, end: int) -> tuple[object, int, int, int]:
     return columns_to_arrow(cols, "tp", 7, arrow_schema()), hw, lso, len(cols.offsets)
 
 
-def test_same_batches_as_the_record_decoder() -> None:
+@pytest.mark.parametrize("versions", ["3", "1", "mixed"])
+def test_same_batches_as_the_record_decoder(versions: str) -> None:
+    """Blocks with start tables (version 3), without (version 1, stored before the tables)
+    and both in one answer decode to the same batches as the record-by-record decoder."""
     rng = random.Random(11)
     schema = arrow_schema()
     for _ in range(150):
@@ -51,7 +54,10 @@ def test_same_batches_as_the_record_decoder() -> None:
         blocks = []
         for _ in range(rng.randrange(0, 4)):
             count = rng.randrange(1, 30)
-            blocks.append((base, CANONICAL.encode([random_record(rng) for _ in range(count)])))
+            block = CANONICAL.encode([random_record(rng) for _ in range(count)])
+            if versions == "1" or (versions == "mixed" and rng.random() < 0.5):
+                block = without_starts(block)
+            blocks.append((base, block))
             base += count
         data = answer(blocks)
         end = rng.choice([10**9, rng.randrange(0, base + 2)])
@@ -107,3 +113,50 @@ def test_damaged_answers_are_refused(damage: str) -> None:
         data = answer([(0, block)])[:-3]
     with pytest.raises((ValueError, struct.error)):
         decode_fetch_arrow(data, "t", 0, 10**9, arrow_schema())
+
+
+def test_version_1_and_3_answers_give_equal_batches() -> None:
+    recs = make_records(300)
+    blocks = [CANONICAL.encode(recs[:120]), CANONICAL.encode(recs[120:])]
+    new = answer([(0, blocks[0]), (120, blocks[1])])
+    old = answer([(0, without_starts(blocks[0])), (120, without_starts(blocks[1]))])
+    for end in (10**9, 50, 120, 121, 299):
+        a = decode_fetch_arrow(new, "t", 0, end, arrow_schema())
+        b = decode_fetch_arrow(old, "t", 0, end, arrow_schema())
+        assert a.batch.equals(b.batch) and a.last_offset == b.last_offset == min(end, 300) - 1
+
+
+def damaged_table(entry: int, value: int) -> bytes:
+    """An answer of two blocks (offsets 0 and 5) whose second block's start table has ``entry``
+    set to ``value``: the records are intact, the table lies about them."""
+    second = bytearray(CANONICAL.encode(make_records(4)))
+    struct.pack_into("<I", second, HEADER.size + 4 * entry, value)
+    return answer([(0, CANONICAL.encode(make_records(5))), (5, bytes(second))])
+
+
+@pytest.mark.parametrize(
+    ("entry", "value", "record"),
+    [
+        (0, 1, 0),  # the first record does not start at the table's 0
+        (2, 5, 1),  # record 1 does not end where the table says record 2 starts
+        (3, 10**6, 2),  # an entry far past the block (and the answer)
+        (3, 2**32 - 1, 2),
+    ],
+)
+def test_start_tables_that_do_not_match_their_records_are_refused(
+    entry: int, value: int, record: int
+) -> None:
+    with pytest.raises(
+        ValueError,
+        match=f"offset 5: its record start table does not match its "
+        rf"records \(at record {record}\)",
+    ):
+        decode_fetch_arrow(damaged_table(entry, value), "t", 0, 10**9, arrow_schema())
+
+
+def test_a_table_is_checked_when_the_range_ends_inside_its_block() -> None:
+    data = damaged_table(2, 5)
+    with pytest.raises(ValueError, match="offset 5"):
+        decode_fetch_arrow(data, "t", 0, 7, arrow_schema())  # records 5 and 6: 6 ends wrong
+    page = decode_fetch_arrow(data, "t", 0, 6, arrow_schema())  # record 5 ends at entry 1: fine
+    assert page.batch.num_rows == 6

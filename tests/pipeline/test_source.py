@@ -208,3 +208,50 @@ def test_failed_write_aborts_and_reports(
     totals = json.loads(report.read_text())
     assert totals["status"] == "aborted"
     assert totals["records"] == sum(o.high_watermark for o in client.offsets(topic))
+
+
+def test_an_embedded_log_written_before_start_tables_reads_the_same(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A log of version-1 blocks (as stored before 2026-11-25) with version-3 blocks appended
+    after: Spark reads every record, the old ones through the reader's walk, the new ones
+    through their start tables."""
+    import trio
+
+    from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
+    from gateway.canonical import CANONICAL
+    from gateway.model import RecordBatch
+    from tests.backends.conftest import opened
+    from tests.support import GatewayProcess
+
+    recs = make_records(300)
+    data_dir = tmp_path / "log"
+
+    async def write() -> None:
+        backend = EmbeddedBackend("default", EmbeddedConfig(), data_dir)
+        async with opened(backend):
+            await backend.create_topic("mixed", 1)
+            log = backend._partition("mixed", 0)
+            for i in range(0, 150, 50):  # the old format, as the old code wrote it
+                chunk = recs[i : i + 50]
+                log.append(CANONICAL.encode(chunk, starts=False), 50, chunk[-1].timestamp_us)
+            log.high_watermark = log.next_offset
+            for i in range(150, 300, 50):
+                block = CANONICAL.encode(recs[i : i + 50])
+                ts = recs[i + 49].timestamp_us
+                batch = RecordBatch(encoded=block, codec=CANONICAL, count=50, max_timestamp_us=ts)
+                await backend.append("mixed", 0, batch)
+
+    trio.run(write)
+    backends = {"default": {"type": "embedded", "data_dir": str(data_dir)}}
+    with GatewayProcess(tmp_path / "gw", backends=backends) as gw:
+        host, port = gw.address("admin")
+        bootstrap = f"{host}:{port}"
+        with GatewayClient(bootstrap) as client:
+            # byte 32 of an answer: the version of its first block (after 20 + 12 bytes of heads)
+            versions = [client.fetch_binary("mixed", 0, o, 50)[32] for o in range(0, 300, 50)]
+        got = rows(load(spark, bootstrap, "mixed", fetchMaxRecords="120"))
+    assert versions == [1, 1, 1, 3, 3, 3]
+    assert [(g["offset"], as_tuple(g)) for g in got] == [
+        (i, as_tuple(r)) for i, r in enumerate(recs)
+    ]

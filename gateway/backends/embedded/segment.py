@@ -6,8 +6,9 @@ Log file: a sequence of frames, each one stored batch::
 
 ``length`` is the payload's size; the CRC-32C covers everything after the crc field (the rest of
 the header and the payload); the payload is the batch in the canonical encoding
-(``gateway.canonical``), stored exactly as it arrived when it was canonical already, or a
-protocol's own block behind a prefix (``payload.py``).
+(``gateway.canonical``: version 3, with its record start table, or version 1 in logs written
+before 2026-11-25), stored exactly as it arrived when it was canonical already, or a protocol's
+own block behind a prefix (``payload.py``).
 
 Indexes (entries every ``index_interval_bytes`` of log, at frame boundaries; the start of the
 segment is an implicit entry)::
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from gateway.backends.embedded.payload import payload_count
+from gateway.backends.embedded.payload import payload_problem
 from gateway.canonical import HEADER as CANONICAL_HEADER
 
 FRAME = struct.Struct("<IIqIq")  # length, crc, base_offset, count, max_timestamp_us
@@ -105,9 +106,8 @@ def check_frame(frame: memoryview, expected_base: int) -> tuple[int, int, int, s
         return base, count, max_ts, "CRC-32C mismatch"
     if base != expected_base:
         return base, count, max_ts, f"base offset {base}, expected {expected_base}"
-    header = payload_count(frame[FRAME.size :])
-    if header is None or count < 1 or header[1] != count:
-        found = "unknown version" if header is None else f"count {count}/{header[1]}"
+    found = payload_problem(frame[FRAME.size :], count) if count >= 1 else f"count {count}"
+    if found:
         return base, count, max_ts, f"bad batch header ({found})"
     return base, count, max_ts, ""
 

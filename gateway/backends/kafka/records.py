@@ -43,7 +43,7 @@ from collections.abc import Iterator, Sequence
 
 import crc32c
 
-from gateway.canonical import CANONICAL
+from gateway.canonical import CANONICAL, block_head, new_starts, records_at
 from gateway.canonical import FIELD as CANON_FIELD
 from gateway.canonical import HEADER as CANON_HEADER
 from gateway.canonical import RECORD as CANON_RECORD
@@ -62,7 +62,7 @@ CONTROL_FLAG = 0x20
 
 MIN_RUN = 16  # shorter uniform runs are not worth the set-up of the C-level path
 CHUNK = 256  # records per repeated struct format
-_CANON_RSIZE = CANON_RECORD.size  # 22
+_CANON_RSIZE = CANON_RECORD.size  # 18
 
 
 class KafkaRecordError(ValueError):
@@ -134,7 +134,7 @@ def _unpack_run(buf: bytes, pos: int, fmt: str, stride: int, n: int) -> list[byt
 
 def encode_batch(records: Sequence[Record], now_ms: int, base_offset: int = 0) -> bytes:
     """One uncompressed v2 batch holding ``records`` (timestamps < 0 get ``now_ms``)."""
-    return canonical_to_batch(CANONICAL.encode(records), now_ms, base_offset)[0]
+    return canonical_to_batch(CANONICAL.encode(records, starts=False), now_ms, base_offset)[0]
 
 
 _VARINTS: list[bytes] = []
@@ -172,10 +172,10 @@ def _heads(fixed: int, mid: bytes, n: int) -> list[bytes]:
     return heads if len(heads) == n else heads[:n]
 
 
-def _uniform_canonical(buf: bytes, count: int, now_ms: int) -> tuple[bytes, int] | None:
-    """(the v2 records, their millisecond timestamp) of a canonical block whose records all have
-    one shape and timestamp and no headers (a Kafka 0.8 produce); None otherwise."""
-    pos = CANON_HEADER.size
+def _uniform_canonical(buf: bytes, pos: int, count: int, now_ms: int) -> tuple[bytes, int] | None:
+    """(the v2 records, their millisecond timestamp) of a canonical block whose records (from
+    ``pos``) all have one shape and timestamp and no headers (a Kafka 0.8 produce); None
+    otherwise."""
     ts, klen, vlen, nh = CANON_RECORD.unpack_from(buf, pos)
     k = klen if klen > 0 else 0
     v = vlen if vlen > 0 else 0
@@ -225,22 +225,22 @@ def canonical_to_batch(
     """(one uncompressed v2 batch, record count) from a canonical block, building no Record
     objects (timestamps < 0 get ``now_ms``)."""
     buf = bytes(block)
-    _version, count, _min_ts, _max_ts = CANON_HEADER.unpack_from(buf, 0)
-    uniform = _uniform_canonical(buf, count, now_ms) if count >= MIN_RUN else None
+    _version, count, first = records_at(buf)  # version 1 or 3 (its start table not needed)
+    uniform = _uniform_canonical(buf, first, count, now_ms) if count >= MIN_RUN else None
     if uniform is not None:
         records_bytes, base_ts = uniform
         max_ts = base_ts
     else:
-        records_bytes, base_ts, max_ts = _canonical_records(buf, count, now_ms)
+        records_bytes, base_ts, max_ts = _canonical_records(buf, first, count, now_ms)
     after_crc = BATCH_BODY.pack(0, count - 1, base_ts, max_ts, -1, -1, -1, count) + records_bytes
     length = 4 + 1 + 4 + len(after_crc)  # leaderEpoch + magic + crc + rest
     head = BATCH_HEAD.pack(base_offset, length, -1, 2, crc32c.crc32c(after_crc))
     return head + after_crc, count
 
 
-def _canonical_records(buf: bytes, count: int, now_ms: int) -> tuple[bytes, int, int]:
-    """(v2 records, base and max timestamp ms) of a canonical block, record by record."""
-    pos = CANON_HEADER.size
+def _canonical_records(buf: bytes, pos: int, count: int, now_ms: int) -> tuple[bytes, int, int]:
+    """(v2 records, base and max timestamp ms) of a canonical block's records from ``pos``,
+    record by record."""
     unpack = CANON_RECORD.unpack_from
     rsize = _CANON_RSIZE
     items = []
@@ -560,10 +560,13 @@ def batches_to_canonical(
     append = parts.append
     pack = CANON_RECORD.pack
     fpack = CANON_FIELD.pack
+    # the start table (canonical version 3): a run's entries are a range, made at C speed
+    starts = new_starts()
+    start = starts.append
     expect = min_offset
     count = 0
-    size = CANON_HEADER.size
-    max_bytes = max(max_bytes, size + 1)  # at least one record
+    size = 0  # of the records so far, so where the next one starts
+    max_bytes = max(max_bytes - CANON_HEADER.size, 1)  # of the records: at least one
     min_ts = max_ts = -1
     try:
         for base_offset, base_ts, n, rbuf, rpos, rend in _batches(bytes(data), min_offset):
@@ -597,6 +600,7 @@ def batches_to_canonical(
                     if first + skip != expect:
                         return None
                     take = min(m - skip, max_records - count)
+                    starts.extend(range(size, size + take * run.size, run.size))
                     size += take * run.size
                     parts += run.canonical(rbuf, rpos + skip * run.stride, take)
                     ts = run.ts
@@ -626,6 +630,7 @@ def batches_to_canonical(
                     else:
                         hparts.append(fpack(len(name), len(hval)) + name + hval)
                 append(pack(ts, klen, vlen, len(hparts)))
+                start(size)
                 if klen > 0:
                     append(rbuf[kstart : kstart + klen])
                 if vlen > 0:
@@ -645,5 +650,5 @@ def batches_to_canonical(
                     min_ts = ts
     except (IndexError, struct.error) as exc:
         raise KafkaRecordError(f"truncated record: {exc}") from None
-    parts[0] = CANON_HEADER.pack(1, count, min_ts, max_ts)
+    parts[0] = block_head(starts, count, min_ts, max_ts)
     return b"".join(parts), count, max_ts

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gateway.canonical import CANONICAL, FIELD, HEADER, RECORD
+from gateway.canonical import CANONICAL, FIELD, RECORD, block_head, new_starts, record_position
 from gateway.model import RESERVED_HEADER_PREFIX, Record, RecordBatch
 from gateway.protocols.iggy import codec as c
 
@@ -95,23 +95,32 @@ def send_batch(messages: Sequence[tuple[Any, Any, Any]], key: bytes | None, ts: 
     klen = -1 if key is None else len(key)
     zero = ZERO_ID
     id_field = _ID_FIELD
+    starts = new_starts()  # the block's start table, written on the way (canonical version 3)
+    start = starts.append
+    at = 0  # where the next record starts
+    fixed = RECORD.size + (klen if klen > 0 else 0)  # of every record: head and key
+    id_size = len(id_field) + 16
     for raw_id, headers, payload in messages:
+        start(at)
         if headers:
             hdrs = headers_to_model(headers, raw_id)
             append(pack(ts, klen, len(payload), len(hdrs)))
             if key:
                 append(key)
             append(payload)
+            at += fixed + len(payload)
             for name, value in hdrs:
                 raw = name.encode()
                 append(fpack(len(raw), len(value)))
                 append(raw)
                 append(value)
+                at += FIELD.size + len(raw) + len(value)
         elif raw_id == zero:
             append(pack(ts, klen, len(payload), 0))
             if key:
                 append(key)
             append(payload)
+            at += fixed + len(payload)
         else:
             append(pack(ts, klen, len(payload), 1))
             if key:
@@ -119,7 +128,8 @@ def send_batch(messages: Sequence[tuple[Any, Any, Any]], key: bytes | None, ts: 
             append(payload)
             append(id_field)
             append(raw_id)
-    parts[0] = HEADER.pack(1, len(messages), ts, ts)
+            at += fixed + len(payload) + id_size
+    parts[0] = block_head(starts, len(messages), ts, ts)
     return RecordBatch(
         encoded=b"".join(parts), codec=CANONICAL, count=len(messages), max_timestamp_us=ts
     )
@@ -139,8 +149,8 @@ def _from_canonical(
     u32 = _U32.pack
     crc = zlib.crc32
     rsize = RECORD.size
-    pos = HEADER.size
-    for i in range(stop):
+    pos = record_position(block, start)  # version 3: from the start table, no walk
+    for i in range(start, stop):
         ts, klen, vlen, nh = unpack(block, pos)
         pos += rsize
         if klen > 0:
@@ -152,8 +162,6 @@ def _from_canonical(
         for _ in range(nh):
             nlen, hvlen = funpack(block, pos)
             pos += 6 + nlen + hvlen
-        if i < start:
-            continue
         value = block[vstart:hstart] if vlen > 0 else b""
         offset = base_offset + i
         if nh:

@@ -24,7 +24,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 
-from gateway.canonical import CANONICAL, FIELD, HEADER, RECORD
+from gateway.canonical import CANONICAL, FIELD, RECORD, block_head, new_starts, record_position
 from gateway.model import Record, RecordBatch
 from gateway.protocols.kafka08 import compression
 from gateway.protocols.kafka08.compression import CompressionError
@@ -80,6 +80,10 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
     limit = max_message_bytes
     parts: list[Buffer] = [b""]
     append = parts.append
+    starts = new_starts()  # the block's start table, written on the way (canonical version 3)
+    start = starts.append
+    at = 0  # where the next canonical record starts
+    crsize = RECORD.size
     last_klen = last_vlen = -2
     header = b""
     # the hot loop: one unpack (offset, size, crc, magic, attributes, key length and, for a null
@@ -103,6 +107,8 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
                 header = rpack(now_us, -1, vlen, 0)
                 last_klen, last_vlen = -1, vlen
             append(header)
+            start(at)
+            at += crsize + vlen
             if vlen:
                 append(view[pos + 26 : end])
             count += 1
@@ -125,6 +131,8 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
                     header = rpack(now_us, klen, vlen, 0)
                     last_klen, last_vlen = klen, vlen
                 append(header)
+                start(at)
+                at += crsize + (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0)
                 if klen > 0:
                     append(view[pos + 22 : pos + 22 + klen])
                 if vlen > 0:
@@ -144,7 +152,7 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
     if plain:
         if not count:
             return RecordBatch([])
-        parts[0] = HEADER.pack(1, count, now_us, now_us)
+        parts[0] = block_head(starts, count, now_us, now_us)
         block = b"".join(parts)
         return RecordBatch(encoded=block, codec=CANONICAL, count=count, max_timestamp_us=now_us)
     records: list[Record] = []
@@ -334,12 +342,7 @@ def _from_canonical(
     buf = block if isinstance(block, bytes) else bytes(block)
     unpack = RECORD.unpack_from
     rsize = RECORD.size
-    pos = HEADER.size
-    for _ in range(start):
-        _, klen, vlen, nh = unpack(buf, pos)
-        pos += rsize + (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0)
-        if nh:
-            pos = _skip_headers(buf, pos, nh)
+    pos = record_position(buf, start)  # version 3: from the start table, no walk
     parts: list[bytes] = []
     append = parts.append
     head = ENTRY_HEAD.pack

@@ -8,7 +8,7 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.canonical import CANONICAL
+from gateway.canonical import CANONICAL, VERSION_STARTS, check_block, without_starts
 from gateway.model import Record, RecordBatch
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.messages import (
@@ -106,3 +106,30 @@ def test_records_from_other_protocols_poll_with_derived_ids() -> None:
     assert [m.id for m in polled.messages] == [derived_id("t", 0, 4), derived_id("t", 0, 5)]
     assert polled.messages[1].payload == b"" and polled.messages[1].timestamp == 0
     assert c.decode_headers(polled.messages[1].headers) == [("x", 1, b"1")]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0, 7]), st.binary(max_size=40), header_entries),
+        min_size=1,
+        max_size=12,
+    ),
+    st.one_of(st.none(), st.binary(min_size=1, max_size=8)),
+    st.integers(0, 11),
+)
+def test_send_writes_start_tables_and_old_blocks_poll_the_same(messages, key, start) -> None:
+    """SEND_MESSAGES becomes a canonical version-3 block whose start table is what a walk finds;
+    a version-1 block of the same records (stored before the tables) polls to the same bytes
+    from any offset."""
+    wire = [
+        (mid.to_bytes(16, "little"), c.encode_headers([entry(n, k) for n, k in hdrs]), payload)
+        for mid, payload, hdrs in messages
+    ]
+    batch = send_batch(wire, key, TS)
+    v3 = bytes(batch.encoded_as(CANONICAL))
+    assert v3[0] == VERSION_STARTS and check_block(v3) == (v3, len(messages))
+    old = RecordBatch(encoded=without_starts(v3), codec=CANONICAL, count=len(messages))
+    at = 100 + min(start, len(messages) - 1)
+    assert poll_reply("s.t", 0, 5, [old.stored_at(100).slice(at)]) == poll_reply(
+        "s.t", 0, 5, [batch.stored_at(100).slice(at)]
+    )

@@ -8,7 +8,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.canonical import CANONICAL
+from gateway.canonical import CANONICAL, VERSION_STARTS, check_block, without_starts
 from gateway.model import Record, RecordBatch
 from gateway.protocols.kafka08 import codec as c
 from gateway.protocols.kafka08 import compression
@@ -216,3 +216,21 @@ def test_garbage_compressed_payloads_raise_compression_error(codec, prefix, data
         compression.decompress(codec, prefix + data)
     except compression.CompressionError:
         pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(rs=records_st, start=st.integers(0, 29), max_bytes=st.integers(0, 3000))
+def test_produce_writes_start_tables_and_old_blocks_fetch_the_same(rs, start, max_bytes) -> None:
+    """A produced set becomes a canonical version-3 block whose start table is what a walk finds
+    (check_block refuses any other); a version-1 block of the same records (stored before the
+    tables) gives the same Fetch bytes for any window, which version 3 finds by its table."""
+    start = min(start, len(rs) - 1)
+    batch = parse_produce(encode_message_set(rs), now_us=1)
+    v3 = bytes(batch.encoded_as(CANONICAL))
+    assert v3[0] == VERSION_STARTS and check_block(v3) == (v3, len(rs))
+    v1 = without_starts(v3)
+    old = RecordBatch(encoded=v1, codec=CANONICAL, count=len(rs)).stored_at(7)
+    new = batch.stored_at(7)
+    assert encode_fetch([old.slice(7 + start)], max_bytes) == encode_fetch(
+        [new.slice(7 + start)], max_bytes
+    )
