@@ -589,7 +589,12 @@ async def main() -> None:
         "overrun it (a noisy host then gives 'not measured' within make bench's time limit)",
     )
     parser.add_argument("--backend", choices=("embedded", "memory"), default="embedded")
-    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=20,
+        help="1,000-record batches per size and protocol (0: no batch figures, and --idle 0)",
+    )
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     parser.add_argument(
@@ -599,6 +604,8 @@ async def main() -> None:
         help="the gateway path's load generator: bench/loadgen.c, or this process's clients",
     )
     args = parser.parse_args()
+    if args.idle and args.batches < 1:
+        parser.error("--idle measures with --batches batches: give --batches 1 or more")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.idle)), hard))
     backend = (
@@ -651,10 +658,11 @@ async def main() -> None:
                 for name in protocols:
                     row: dict[str, Any] = {"load": await load_latency(name, gw, direct, args, exe)}
                     print(name, json.dumps(row["load"]), flush=True)
-                    row["batches"] = {
-                        str(s): await batches(name, gw, s, args.batches) for s in SIZES
-                    }
-                    print(name, json.dumps(row["batches"]), flush=True)
+                    if args.batches:
+                        row["batches"] = {
+                            str(s): await batches(name, gw, s, args.batches) for s in SIZES
+                        }
+                        print(name, json.dumps(row["batches"]), flush=True)
                     out["protocols"][name] = row
             if args.idle:
                 out["idle"] = await idle_connections(gw, args.idle, args.batches)
