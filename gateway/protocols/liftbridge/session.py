@@ -176,7 +176,10 @@ class Session:
         data = self.conn.data_to_send()
         if not data:
             return
-        sent = try_send(data)
+        try:
+            sent = try_send(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            sent = 0  # the writer meets it too and ends the connection, from one task as before
         if sent:
             self._received_since_send = False
             self._last_send = trio.current_time()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
 import trio
 
 from gateway.config import parse_config
@@ -15,6 +16,7 @@ from gateway.model import ListOffsets
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 from gateway.protocols.liftbridge.client import LiftbridgeClient
 from gateway.protocols.liftbridge.codec import CallEnded, GrpcConnection, MessageReceived
+from gateway.streams import GuardedStream
 from tests.support import make_config, serving
 
 # 20,000 acks, ~3 MB: more than the socket buffers hold; the calls (at most CALL_BYTES each,
@@ -86,3 +88,27 @@ async def test_reader_never_blocks_on_a_client_that_does_not_read(tmp_path: Path
             assert acks == [f"{c}.{i}" for c in range(CALLS) for i in range(PER_CALL)]
         finally:
             sock.close()
+
+
+async def test_a_failed_direct_send_leaves_the_answer_to_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send error met by ``_send_now`` (in the reader or a call's task) is not raised there:
+    the writer task sends (or meets the error itself, ending the connection from one task, as
+    before). Here every direct send fails and every answer still arrives through the writer."""
+
+    def broken(self: GuardedStream, data: bytes) -> int:
+        raise trio.BrokenResourceError("simulated")
+
+    monkeypatch.setattr(GuardedStream, "try_send", broken)
+    cfg = parse_config(make_config(tmp_path, {"liftbridge": {}}))
+    async with serving(cfg) as server:
+        host, port = server.addresses()["liftbridge"]
+        async with await LiftbridgeClient.connect(host, port) as lb:
+            await lb.call("CreateStream", pb.CreateStreamRequest(name="s", subject="s"))
+            with trio.fail_after(20):
+                for i in range(20):
+                    acks = await lb.publish_async(
+                        [pb.PublishRequest(stream="s", value=b"v", correlationId=str(i))]
+                    )
+                    assert [a.ack.offset for a in acks] == [i]
