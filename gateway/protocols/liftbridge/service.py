@@ -578,20 +578,12 @@ class Service:
                     )
                 else:
                     answer = _async_error(r, exc)
-                respond([frame_message(answer.SerializeToString())])
-                continue
-            self._records_in.inc()
-            r.ackInbox = inbox
-            ack = self._ack(r, info, r.partition, result.base_offset, received_ns)
-            respond(
-                [
-                    frame_message(
-                        pb.PublishResponse(
-                            ack=ack, correlationId=r.correlationId
-                        ).SerializeToString()
-                    )
-                ]
-            )
+            else:
+                self._records_in.inc()
+                r.ackInbox = inbox
+                ack = self._ack(r, info, r.partition, result.base_offset, received_ns)
+                answer = pb.PublishResponse(ack=ack, correlationId=r.correlationId)
+            respond([frame_message(answer.SerializeToString())])
 
     # ------------------------------------------------------------------ subscribe
     async def subscribe_range(self, req: pb.SubscribeRequest) -> tuple[int, int | None, int]:
