@@ -100,6 +100,7 @@ _ASYNC_CODE_FOR: dict[Status, int] = {
     Status.INVALID_ARGUMENT: pb.PublishAsyncError.BAD_REQUEST,
     Status.FAILED_PRECONDITION: pb.PublishAsyncError.READONLY,
     Status.PERMISSION_DENIED: pb.PublishAsyncError.PERMISSION_DENIED,
+    Status.UNKNOWN: pb.PublishAsyncError.INCORRECT_OFFSET,  # only OFFSET_MISMATCH is Unknown
 }
 
 
@@ -113,10 +114,15 @@ OCC_KEY = "liftbridge.optimistic_concurrency"
 NO_EXPECTED_OFFSET = -1
 
 
+def optimistic(info: TopicInfo) -> bool:
+    """Whether stream ``info`` was created with optimisticConcurrencyControl."""
+    return info.get(OCC_KEY) == "true"
+
+
 def expected_offset(req: pb.PublishRequest, info: TopicInfo) -> int | None:
     """The offset ``req`` must get on stream ``info``, None when unchecked. Optimistic
     concurrency needs acks (the reference server refuses ackPolicy NONE on such a stream)."""
-    if info.get(OCC_KEY) != "true":
+    if not optimistic(info):
         return None
     if req.ackPolicy == pb.NONE:
         raise RpcError(
@@ -512,7 +518,7 @@ class Service:
             try:
                 info = await self._partition(first.stream, first.partition, cached=True)
                 self._check_writable(first.stream, first.partition, info.partitions)
-                if info.get(OCC_KEY) == "true":
+                if optimistic(info):
                     await self._publish_checked(run, info, inbox, respond)
                     continue
                 received_ns = time.time_ns()
@@ -569,15 +575,7 @@ class Service:
                     )
                 )
             except RpcError as exc:
-                if exc.status == Status.UNKNOWN:  # OFFSET_MISMATCH, see _STATUS_FOR
-                    error = pb.PublishAsyncError(
-                        code=pb.PublishAsyncError.INCORRECT_OFFSET, message=exc.message
-                    )
-                    answer = pb.PublishResponse(
-                        correlationId=r.correlationId, asyncError=error, ack=pb.Ack()
-                    )
-                else:
-                    answer = _async_error(r, exc)
+                answer = _async_error(r, exc)
             else:
                 self._records_in.inc()
                 r.ackInbox = inbox
