@@ -106,3 +106,21 @@ def test_export_writes_keys_and_values_without_dictionary(
     # parquet_options replaces the defaults: Parquet's own behaviour back.
     assert export_topic(spark, bootstrap, topic, str(tmp_path / "d"), parquet_options={}) == 300
     assert encodings(tmp_path / "d")["value"] & dictionary
+
+
+def test_export_count_is_what_the_write_wrote(
+    spark: Any, bootstrap: str, client: GatewayClient, topic: str, tmp_path: Path
+) -> None:
+    """The count comes from the write's own observed metric: an empty topic gives 0 (and the
+    call returns), a JSON export gives as many records as its files have lines."""
+    from gateway.pipeline.jobs import export_topic
+
+    client.create_topic(topic, 2)
+    assert export_topic(spark, bootstrap, topic, str(tmp_path / "empty")) == 0
+    assert spark.read.parquet(str(tmp_path / "empty")).count() == 0
+    for p in (0, 1):
+        recs = [Record(b"k", b"v%d" % i, (), BASE_TS + i) for i in range(40 + p)]
+        client.produce_batch(topic, recs, p)
+    assert export_topic(spark, bootstrap, topic, str(tmp_path / "j"), fmt="json") == 81
+    lines = [ln for f in (tmp_path / "j").glob("*.json") for ln in f.read_text().splitlines()]
+    assert len(lines) == 81
