@@ -11,13 +11,16 @@ topic in this run:
   (binary format, 10,000 records per request, building one record tuple per record);
 - for reference: the same read over the JSON API (on the first 100,000 records);
 - Spark export: ``gateway pipeline``'s export job (read with the ``gateway`` source, write
-  Parquet) in a fresh process per master (local[1], local[2]), after two warm-up exports of the
-  whole topic (the JIT); the figure is the median wall time of three exports, excluding the JVM
-  start. The session is ``gateway.pipeline.spark.spark_session``'s (ParallelGC) and the export
-  writes key and value without a Parquet dictionary (``jobs.EXPORT_PARQUET_OPTIONS``), as the
-  CLI's export does.
+  Parquet) in a fresh process per master (local[1], local[2]), both kept running, each after two
+  warm-up exports of the whole topic (the JIT); then --pairs pairs of timed exports, one per
+  master, alternating which goes first, one export at a time. Rates are each master's median
+  wall time (excluding the JVM start); local[2] / local[1] is the median of the pairs' ratios,
+  so that the host's load, which drifts over minutes on a shared machine, weighs on both sides
+  of each ratio alike. The session is ``gateway.pipeline.spark.spark_session``'s (ParallelGC,
+  C2 only) and the export writes key and value without a Parquet dictionary
+  (``jobs.EXPORT_PARQUET_OPTIONS``), as the CLI's export does.
 CPU seconds are printed beside each figure (reader, gateway, Spark's JVM and Python workers;
-for Spark the mean of the three exports, and the gateway's CPU in the first warm-up export
+for Spark the mean of the timed exports, and the gateway's CPU in the first warm-up export
 apart: the session's first read of the topic): on a busy machine they tell more than wall time.
 Targets (issue 11): local[2] >= 1.3x local[1]; the local[2] export >= the baseline.
 Results are printed and appended to bench/results/pipeline.jsonl.
@@ -44,6 +47,7 @@ from gateway.pipeline.client import GatewayClient  # noqa: E402
 from tests.support import GatewayProcess  # noqa: E402
 
 TOPIC = "bench-pipeline"
+WARMUPS = 2
 
 
 def descendants(pid: int) -> list[int]:
@@ -142,13 +146,15 @@ def jvm_threads_cpu(pids: list[int]) -> dict[str, float]:
     return out
 
 
-def spark_export_child(
-    master: str, bootstrap: str, out: str, gateway_pid: str, runs: int = 3, warmups: int = 2
-) -> None:
-    """Run in a fresh process: one Spark session with ``master``, ``warmups`` untimed exports of
-    the whole topic, then ``runs`` timed ones; prints the median run and the mean CPU."""
+def spark_export_child(master: str, bootstrap: str, out: str, gateway_pid: str) -> None:
+    """Run in a fresh process: one Spark session with ``master``, ``WARMUPS`` untimed exports of
+    the whole topic, then one timed export per ``export`` line on stdin (``RESULT`` lines on
+    stdout), until stdin ends."""
     from gateway.pipeline.jobs import export_topic
     from gateway.pipeline.spark import spark_session
+
+    def say(what: dict) -> None:
+        print("RESULT " + json.dumps(what), flush=True)
 
     t0 = time.perf_counter()
     spark = spark_session(master, Path(out) / "scratch", driver_memory="2g")
@@ -161,14 +167,16 @@ def spark_export_child(
     # The gateway's CPU in the first export (the session's first read of the topic) is printed
     # apart: a gateway that did per-block work on a first read only (a cache) shows it there.
     first_gw = 0.0
-    for i in range(warmups):
+    for i in range(WARMUPS):
         gw_before = cpu_seconds(int(gateway_pid))
         export_topic(spark, bootstrap, TOPIC, str(Path(out) / f"warm{i}"))
         if i == 0:
             first_gw = cpu_seconds(int(gateway_pid)) - gw_before
         shutil.rmtree(Path(out) / f"warm{i}", ignore_errors=True)
-    results = []
-    for i in range(runs):
+    say({"startup": startup, "gateway_cpu_first": first_gw})
+    for i, line in enumerate(sys.stdin):
+        if line.strip() != "export":
+            break
         procs = [p for p in descendants(os.getpid()) if p != os.getpid()]
         before = {p: cpu_seconds(p) for p in procs}
         gw_before = cpu_seconds(int(gateway_pid))
@@ -179,7 +187,8 @@ def spark_export_child(
         procs = [p for p in descendants(os.getpid()) if p != os.getpid()]
         used = {p: cpu_seconds(p) - before.get(p, 0.0) for p in procs}
         threads = jvm_threads_cpu(procs)
-        results.append(
+        shutil.rmtree(Path(out) / f"export{i}.parquet", ignore_errors=True)
+        say(
             {
                 "records": n,
                 "seconds": seconds,
@@ -189,43 +198,80 @@ def spark_export_child(
                 **{f"jvm_{k}": v - threads_before.get(k, 0.0) for k, v in threads.items()},
             }
         )
-        shutil.rmtree(Path(out) / f"export{i}.parquet", ignore_errors=True)
     spark.stop()
-    median = sorted(results, key=lambda r: r["seconds"])[len(results) // 2]
-    mean = {k: sum(r[k] for r in results) / len(results) for k in results[0] if k != "records"}
-    print(
-        json.dumps(
-            {
-                "records": median["records"],
-                "seconds": median["seconds"],
-                "all_seconds": [round(r["seconds"], 2) for r in results],
-                "startup": startup,
-                "spark_cpu": mean["spark_cpu"],
-                "jvm_cpu": mean["jvm_cpu"],
-                "gateway_cpu": mean["gateway_cpu"],
-                "gateway_cpu_first": first_gw,
-                "jvm_threads": {
-                    k: round(mean[f"jvm_{k}"], 2) for k in ("tasks", "jit", "gc", "other")
-                },
-            }
+
+
+class SparkExporter:
+    """A ``spark_export_child`` process kept alive, so that exports of the two masters can
+    alternate (see the module docstring: pairs measured seconds apart, not minutes)."""
+
+    def __init__(self, master: str, bootstrap: str, scratch: Path, gateway_pid: int) -> None:
+        self.master = master
+        self.out = scratch / master.replace("[", "-").replace("]", "")
+        self.out.mkdir(parents=True)
+        self.stderr = open(self.out / "stderr.log", "w+")  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                master,
+                bootstrap,
+                str(self.out),
+                str(gateway_pid),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
         )
-    )
+        self.runs: list[dict] = []
+        self.ready = self._result()
 
+    def _result(self) -> dict:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("RESULT "):
+                return json.loads(line[len("RESULT ") :])
+        self.stderr.seek(0)
+        raise SystemExit(f"spark export with {self.master} failed:\n{self.stderr.read()[-4000:]}")
 
-def spark_export(master: str, bootstrap: str, scratch: Path, gateway_pid: int) -> dict:
-    out = scratch / master.replace("[", "-").replace("]", "")
-    out.mkdir(parents=True)
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", master, bootstrap, str(out), str(gateway_pid)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"spark export with {master} failed:\n{proc.stderr[-4000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    shutil.rmtree(out, ignore_errors=True)
-    return result
+    def export(self) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("export\n")
+        self.proc.stdin.flush()
+        r = self._result()
+        self.runs.append(r)
+        return r
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+        shutil.rmtree(self.out, ignore_errors=True)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the session's processes so far (its Python, JVM and workers)."""
+        return sum(cpu_seconds(p) for p in descendants(self.proc.pid))
+
+    def summary(self) -> dict:
+        """The median run's records and seconds, and the mean CPU of the runs."""
+        runs = self.runs
+        median = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+        mean = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0] if k != "records"}
+        return {
+            "records": median["records"],
+            "seconds": median["seconds"],
+            "all_seconds": [round(r["seconds"], 2) for r in runs],
+            **{k: self.ready[k] for k in ("startup", "gateway_cpu_first")},
+            **{k: mean[k] for k in ("spark_cpu", "jvm_cpu", "gateway_cpu")},
+            "jvm_threads": {k: round(mean[f"jvm_{k}"], 2) for k in ("tasks", "jit", "gc", "other")},
+        }
 
 
 def main() -> None:
@@ -233,6 +279,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--pairs", type=int, default=5, help="timed exports per master")
     parser.add_argument("--child", nargs=4, metavar=("MASTER", "BOOTSTRAP", "OUT", "GW_PID"))
     args = parser.parse_args()
     if args.child:
@@ -267,11 +314,34 @@ def main() -> None:
                 f"plain read, binary (baseline):      {baseline:>10,.0f} records/s ({dt:.1f} s; "
                 f"CPU: reader {own:.1f} s, gateway {gw_cpu:.2f} s: its first binary read)"
             )
+            masters = ("local[1]", "local[2]")
+            exporters: dict[str, SparkExporter] = {}
+            pair_ratios: list[float] = []
+            background: list[float] = []
+            try:
+                # Started one after the other: a JVM start and its warm-up exports are not
+                # timed, and nothing else runs beside them.
+                for master in masters:
+                    exporters[master] = SparkExporter(master, bootstrap, scratch, gw_pid)
+                for i in range(args.pairs):
+                    order = masters if i % 2 == 0 else masters[::-1]
+                    secs = {}
+                    for m in order:
+                        # The other session should be idle meanwhile: its CPU during this
+                        # export is recorded (JIT or GC catching up there would slow this one).
+                        other = exporters[masters[1 - masters.index(m)]]
+                        before = other.cpu_seconds()
+                        secs[m] = exporters[m].export()["seconds"]
+                        background.append(other.cpu_seconds() - before)
+                    pair_ratios.append(secs["local[1]"] / secs["local[2]"])
+            finally:
+                for e in exporters.values():
+                    e.close()
             rates = {}
             cpu: dict[str, dict[str, float]] = {}
-            for master in ("local[1]", "local[2]"):
-                r = spark_export(master, bootstrap, scratch, gw_pid)
-                assert r["records"] == total, r
+            for master in masters:
+                r = exporters[master].summary()
+                assert all(run["records"] == total for run in exporters[master].runs), r
                 rates[master] = r["records"] / r["seconds"]
                 cpu[master] = {
                     "jvm": round(r["jvm_cpu"], 2),
@@ -289,10 +359,15 @@ def main() -> None:
                     + ", ".join(f"{k} {v:.1f} s" for k, v in r["jvm_threads"].items())
                     + ")"
                 )
-        spread = rates["local[2]"] / rates["local[1]"]
+        spread = sorted(pair_ratios)[len(pair_ratios) // 2]
+        print(
+            "local[1] seconds / local[2] seconds, per pair: "
+            + ", ".join(f"{r:.2f}" for r in pair_ratios)
+            + f"; the idle session's CPU during each export: at most {max(background):.2f} s"
+        )
         keep_up = rates["local[2]"] / baseline
         print(
-            f"local[2] / local[1] = {spread:.2f} (target >= 1.3: "
+            f"local[2] / local[1] = {spread:.2f}, the median pair (target >= 1.3: "
             f"{'met' if spread >= 1.3 else 'NOT met'}); "
             f"local[2] / baseline = {keep_up:.2f} (target >= 1.0: "
             f"{'met' if keep_up >= 1.0 else 'NOT met'})"
@@ -310,6 +385,8 @@ def main() -> None:
                         "baseline": round(baseline),
                         "local1": round(rates["local[1]"]),
                         "local2": round(rates["local[2]"]),
+                        "pair_ratios": [round(r, 3) for r in pair_ratios],
+                        "idle_session_cpu_max": round(max(background), 2),
                         "baseline_reader_cpu": round(own, 2),
                         "baseline_gateway_cpu": round(gw_cpu, 2),
                         "local1_cpu": cpu["local[1]"],
