@@ -186,16 +186,21 @@ def spark_export_child(master: str, bootstrap: str, out: str, gateway_pid: str) 
         seconds = time.perf_counter() - t0
         procs = [p for p in descendants(os.getpid()) if p != os.getpid()]
         used = {p: cpu_seconds(p) - before.get(p, 0.0) for p in procs}
-        threads = jvm_threads_cpu(procs)
+        threads = {k: v - threads_before.get(k, 0.0) for k, v in jvm_threads_cpu(procs).items()}
+        jvm = sum(v for p, v in used.items() if _is_java(p))
+        # Task threads come and go (a pooled thread that ends takes its CPU out of /proc with
+        # it); the JIT, collector and other threads live as long as the JVM, so the tasks'
+        # share is the JVM's whole CPU less theirs.
+        threads["tasks"] = jvm - threads["jit"] - threads["gc"] - threads["other"]
         shutil.rmtree(Path(out) / f"export{i}.parquet", ignore_errors=True)
         say(
             {
                 "records": n,
                 "seconds": seconds,
                 "spark_cpu": sum(used.values()),
-                "jvm_cpu": sum(v for p, v in used.items() if _is_java(p)),
+                "jvm_cpu": jvm,
                 "gateway_cpu": cpu_seconds(int(gateway_pid)) - gw_before,
-                **{f"jvm_{k}": v - threads_before.get(k, 0.0) for k, v in threads.items()},
+                **{f"jvm_{k}": v for k, v in threads.items()},
             }
         )
     spark.stop()
