@@ -25,6 +25,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def machine_jiffies() -> tuple[int, int, int]:
+    """(busy, steal, total) jiffies of all CPUs since boot, from /proc/stat. Steal is time a
+    virtual CPU was ready to run but the host ran something else: a stall neither the gateway
+    nor the generator can see coming."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], fields[7], sum(fields)
+
+
 def toml(data: dict) -> str:
     """A gateway config as TOML: top-level tables, and named tables under listeners/backends."""
     lines = []

@@ -100,7 +100,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import cpu_seconds  # noqa: E402
+from bench.common import cpu_seconds, machine_jiffies  # noqa: E402
 from bench.loadgen import Loadgen, build, capture  # noqa: E402
 from gateway.backends.base import Backend  # noqa: E402
 from gateway.backends.embedded.backend import EmbeddedBackend  # noqa: E402
@@ -143,14 +143,6 @@ def records(n: int, size: int) -> list[Record]:
     ts = int(time.time() * 1e6)
     value = b"v" * size
     return [Record(None, value, (), ts, -1) for _ in range(n)]
-
-
-def machine_jiffies() -> tuple[int, int, int]:
-    """(busy, steal, total) jiffies of all CPUs since boot, from /proc/stat. Steal is time a
-    virtual CPU was ready to run but the host ran something else: a stall neither the gateway
-    nor the generator can see coming."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return sum(fields) - fields[3] - fields[4], fields[7], sum(fields)
 
 
 def rss_bytes(pid: int) -> int:

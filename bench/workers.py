@@ -49,7 +49,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import KCAT_08, cpu_seconds  # noqa: E402
+from bench.common import KCAT_08, cpu_seconds, machine_jiffies  # noqa: E402
 from bench.loadgen import Loadgen, build, capture  # noqa: E402
 from gateway.backends.upstream.kafka08_client import Kafka08Client  # noqa: E402
 from gateway.model import Record  # noqa: E402
@@ -84,13 +84,6 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def machine_jiffies() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
 def worker_pids(gw: GatewayProcess) -> list[int]:
     """The serving processes: the forked workers, or the gateway itself with --workers 1."""
     assert gw.proc is not None
@@ -117,12 +110,12 @@ class Watch:
         """(wall seconds, CPU seconds per process with the clients' under ``clients``, busy
         CPUs of the machine)."""
         wall = time.perf_counter() - self.t0
-        busy1, total1 = machine_jiffies()
+        busy1, _, total1 = machine_jiffies()
         kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = {n: round(cpu_seconds(pid) - self.before[n], 2) for n, pid in self.watched.items()}
         k0 = self.kids0
         cpu[clients] = round(kids1.ru_utime + kids1.ru_stime - k0.ru_utime - k0.ru_stime, 2)
-        busy0, total0 = self.jiffies0
+        busy0, _, total0 = self.jiffies0
         busy = (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
         return wall, cpu, busy
 
