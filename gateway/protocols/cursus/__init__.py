@@ -2,6 +2,12 @@
 
 It answers like the Go broker at ``c436b45`` (standalone mode) plus the newer dialect that the
 PyPI client cursus-client 0.1.1 needs (cursus.md section 9.6).
+
+Parts: ``codec.py`` (sans-IO framing, text commands, batches, acks; both roles), ``client.py``
+(the in-repo client), ``session.py`` (the connection: dispatch, produce, CONSUME, STREAM),
+``topics.py`` and ``groups.py`` (the topic and consumer-group commands, mixed into the session),
+``state.py`` (group facts shared by connections), ``gotext.py`` (command words read and written
+as Go does), ``replies.py`` (the CONSUME/STREAM reply frame).
 """
 
 from __future__ import annotations

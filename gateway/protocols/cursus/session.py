@@ -6,21 +6,12 @@ and cursus.md section 9.6 ask for the newer dialect that cursus-client 0.1.1 nee
 member_not_found, NOT_OWNER) from HEARTBEAT and commits, an error reply for a batch to an unknown
 topic, the batch header's partition honoured, ``last_offset`` = last assigned offset, a JSON ack
 for acks 0 and ``STREAM_CONTROL`` before a stream closes.
-
-Group state lives in the core's GroupCoordinator (members, generations, range assignment, session
-timeouts). What is Cursus-only (a group is bound to one topic; the time of the last heartbeat and
-rebalance for GROUP_STATUS) is kept per core in :class:`CursusState`.
 """
 
 from __future__ import annotations
 
-import json
-import random
-import re
 import time
-import weakref
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -29,27 +20,17 @@ from gateway.core.partitioner import partition_for_key
 from gateway.model import (
     Acks,
     CommitOffset,
-    CreatePartitions,
-    CreateTopic,
-    DeleteTopic,
-    DescribeGroup,
-    DescribeTopic,
     ErrorCode,
     Fetch,
     FetchOffset,
     FetchResult,
     GatewayError,
-    GroupDescription,
     Heartbeat,
-    JoinGroup,
-    LeaveGroup,
     ListOffsets,
-    ListTopics,
     OffsetSpec,
     Partitioning,
     Produce,
     RecordBatch,
-    SyncGroup,
     TopicInfo,
     now_us,
 )
@@ -71,15 +52,17 @@ from gateway.protocols.cursus.codec import (
     FrameBuffer,
     RemoteProtocolError,
 )
+from gateway.protocols.cursus.gotext import go_atoi, go_uint, positional
+from gateway.protocols.cursus.groups import GroupCommands
+from gateway.protocols.cursus.replies import build_reply_frame
+from gateway.protocols.cursus.state import DEFAULT_GROUP, state_for
+from gateway.protocols.cursus.topics import H_IDEMPOTENT, TopicCommands
 from gateway.streams import ConnectionTimeout
 
 PROTOCOL = "cursus"
 RECV_BYTES = 1 << 18
-DEFAULT_GROUP = "default-group"
 DEFAULT_MAX_POLL_RECORDS = 8192
 MAX_REPLY_BYTES = 32 << 20
-H_IDEMPOTENT = "cursus.idempotent"
-H_EVENT_SOURCING = "cursus.event_sourcing"
 
 MALFORMED = "ERROR: malformed input - missing topic or payload"
 
@@ -117,112 +100,6 @@ KEYWORDS = (
 EVENT_SOURCING = ("APPEND_STREAM ", "READ_STREAM ", "SAVE_SNAPSHOT ", "READ_SNAPSHOT ",
                   "STREAM_VERSION ")  # fmt: skip
 ACKS = {"0": Acks.NONE, "1": Acks.LEADER, "-1": Acks.ALL, "all": Acks.ALL}
-_INT = re.compile(r"[+-]?[0-9]+\Z")
-_UINT = re.compile(r"\+?[0-9]+\Z")
-ZERO_TIME = "0001-01-01T00:00:00Z"
-
-
-# The positional syntax of the Java SDK's docs/protocol.md (the broker itself takes key=value only).
-# A command whose arguments contain no "=" and fit one of these is rewritten to key=value form.
-POSITIONAL: dict[str, tuple[str, tuple[str, ...]]] = {
-    "CREATE": ("CREATE", ("topic", "partitions")),
-    "DELETE": ("DELETE", ("topic",)),
-    "DESCRIBE": ("DESCRIBE", ("topic",)),
-    "CONSUME": ("CONSUME", ("topic", "partition", "offset", "member")),
-    "STREAM": ("STREAM", ("topic", "partition", "offset")),
-    "JOIN_GROUP": ("JOIN_GROUP", ("topic", "group", "member")),
-    "LEAVE_GROUP": ("LEAVE_GROUP", ("topic", "group", "member")),
-    "SYNC_GROUP": ("SYNC_GROUP", ("topic", "group", "member", "generation")),
-    "COMMIT": ("COMMIT_OFFSET", ("topic", "group", "partition", "offset")),
-    "FETCH_OFFSET": ("FETCH_OFFSET", ("topic", "partition", "group")),
-    "REGISTER_GROUP": ("REGISTER_GROUP", ("topic", "group")),
-    "GROUP_STATUS": ("GROUP_STATUS", ("group",)),
-}
-
-
-def positional(text: str) -> str | None:
-    """``text`` in key=value form when it is an unambiguous positional command, else None."""
-    words = text.split()
-    if len(words) < 2 or any("=" in w for w in words[1:]):
-        return None
-    keyword, args = words[0].upper(), words[1:]
-    if keyword == "HEARTBEAT" and len(args) in (
-        3,
-        5,
-    ):  # <topic> <group> [<consumerId>] <memberId> [<generation>]
-        names = ("topic", "group", "member") if len(args) == 3 else (
-            "topic", "group", "consumer", "member", "generation")  # fmt: skip
-        return "HEARTBEAT " + " ".join(f"{k}={v}" for k, v in zip(names, args, strict=True))
-    if keyword == "BATCH_COMMIT" and len(args) == 5:  # ... <memberId> <generation> <offsets>
-        names = ("topic", "group", "member", "generation")
-        pairs = " ".join(f"{k}={v}" for k, v in zip(names, args[:4], strict=True))
-        return f"BATCH_COMMIT {pairs} {args[4]}"
-    rule = POSITIONAL.get(keyword)
-    if rule is None or len(args) > len(rule[1]):
-        return None
-    name, names = rule
-    return name + " " + " ".join(f"{k}={v}" for k, v in zip(names, args, strict=False))
-
-
-def go_atoi(text: str | None) -> int | None:
-    """strconv.Atoi: an optionally signed decimal, nothing else (None when invalid)."""
-    if text is None or not _INT.match(text):
-        return None
-    value = int(text)
-    return value if -(2**63) <= value < 2**63 else None
-
-
-def go_uint(text: str | None) -> int | None:
-    """strconv.ParseUint(s, 10, 64)."""
-    if text is None or not _UINT.match(text):
-        return None
-    value = int(text)
-    return value if value < 2**64 else None
-
-
-def go_list(values: list[int] | tuple[int, ...]) -> str:
-    """Go's ``%v`` of an []int."""
-    return "[" + " ".join(str(v) for v in values) + "]"
-
-
-def go_time(wall: float | None) -> str:
-    if not wall:
-        return ZERO_TIME
-    return datetime.fromtimestamp(wall, UTC).isoformat().replace("+00:00", "Z")
-
-
-# ------------------------------------------------------------------------ shared Cursus state
-
-
-@dataclass
-class GroupBinding:
-    topic: str
-    partitions: int
-
-
-@dataclass
-class CursusState:
-    """Cursus-only group facts shared by the connections of one core."""
-
-    groups: dict[str, GroupBinding] = field(default_factory=dict)
-    heartbeats: dict[tuple[str, str], float] = field(default_factory=dict)
-    rebalances: dict[str, tuple[int, float]] = field(default_factory=dict)
-
-    def saw(self, desc: GroupDescription) -> None:
-        known = self.rebalances.get(desc.group)
-        if known is None or known[0] != desc.generation:
-            self.rebalances[desc.group] = (desc.generation, time.time())
-
-
-_STATES: weakref.WeakKeyDictionary[Any, CursusState] = weakref.WeakKeyDictionary()
-
-
-def state_for(core: Any) -> CursusState:
-    state = _STATES.get(core)
-    if state is None:
-        state = _STATES[core] = CursusState()
-    return state
-
 
 # ---------------------------------------------------------------------------------- replies
 
@@ -260,45 +137,10 @@ class CommonArgs:
     reset: str
 
 
-def build_reply_frame(topic: str, partition: int, batches: tuple[RecordBatch, ...]) -> bytearray:
-    """A CONSUME/STREAM reply, framed: stored Cursus blocks pass through with offsets patched
-    (one copy into the frame); other formats are decoded and re-encoded."""
-    head_len = len(codec.batch_header(topic, partition, "1", False, 0, 0, 0))
-    out = bytearray(4 + head_len)
-    count = 0
-    first_seq = last_seq = 0
-    for b in batches:
-        window = b.encoded_window(CURSUS_BLOCK)
-        if window is not None:
-            block, start, stop = window
-            n, fs, ls = codec.append_patched(out, block, b.base_offset, start, stop)
-        else:
-            msgs = [codec.record_to_message(r) for r in b.records]
-            out += codec.encode_messages(msgs)
-            n = len(msgs)
-            fs, ls = (msgs[0].seq, msgs[-1].seq) if msgs else (0, 0)
-        if not n:
-            continue
-        if not count:
-            first_seq = fs
-        last_seq = ls
-        count += n
-    out[0:4] = (len(out) - 4).to_bytes(4, "big")
-    out[4 : 4 + head_len] = codec.batch_header(
-        topic, partition, "1", False, first_seq, last_seq, count
-    )
-    return out
-
-
-def build_reply_batch(topic: str, partition: int, batches: tuple[RecordBatch, ...]) -> bytes:
-    """The reply's body (without the frame length)."""
-    return bytes(build_reply_frame(topic, partition, batches)[4:])
-
-
 # ---------------------------------------------------------------------------------- session
 
 
-class CursusSession:
+class CursusSession(TopicCommands, GroupCommands):
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.core = ctx.core
@@ -446,143 +288,6 @@ class CursusSession:
             if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
                 return None
             raise
-
-    async def _describe_group(self, group: str) -> GroupDescription:
-        desc = await self.core.execute(DescribeGroup(group))
-        self.state.saw(desc)
-        return desc
-
-    async def _group_binding(self, group: str) -> GroupBinding | None:
-        """The topic a group is bound to, or None when the group does not exist for Cursus."""
-        binding = self.state.groups.get(group)
-        if binding is not None:
-            return binding
-        desc = await self._describe_group(group)
-        if desc.generation > 0 and desc.topics:
-            info = await self._topic(desc.topics[0])
-            binding = GroupBinding(desc.topics[0], info.partitions if info else 0)
-            self.state.groups[group] = binding
-            return binding
-        return None
-
-    @staticmethod
-    def _assigned(desc: GroupDescription, member: str) -> set[int] | None:
-        for m in desc.members:
-            if m.member_id == member:
-                return {p for _, p in m.partitions}
-        return None
-
-    async def _owns(self, group: str, member: str, generation: int, partition: int) -> bool:
-        """The broker's ValidateOwnershipAtomic: member present, exact generation, assigned."""
-        desc = await self._describe_group(group)
-        assigned = self._assigned(desc, member)
-        return assigned is not None and desc.generation == generation and partition in assigned
-
-    def _touch(self, group: str, member: str) -> None:
-        self.state.heartbeats[(group, member)] = time.time()
-
-    # ------------------------------------------------------------------ topics
-    async def _create(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        topic = args.get("topic", "")
-        if not topic:
-            return "missing topic parameter. Expected: CREATE topic=<name> [partitions=<N>]"
-        partitions = self.cfg.default_partitions
-        if "partitions" in args:
-            n = go_atoi(args["partitions"])
-            if n is None or n <= 0:
-                return "partitions must be a positive integer"
-            partitions = n
-        if "replication_factor" in args:
-            rf = go_atoi(args["replication_factor"])
-            if rf is None or rf <= 0:
-                return "replication_factor must be a positive integer"
-        config: list[tuple[str, str]] = []
-        if args.get("idempotent", "").lower() == "true":
-            config.append((H_IDEMPOTENT, "true"))
-        if args.get("event_sourcing", "").lower() == "true":
-            config.append((H_EVENT_SOURCING, "true"))
-        try:
-            info = await self.core.execute(CreateTopic(topic, partitions, tuple(config)))
-        except GatewayError as exc:
-            if exc.code is not ErrorCode.TOPIC_EXISTS:
-                return f"ERROR: failed to create topic '{topic}': {exc.message}"
-            info = await self.core.topic(topic)
-            if info.partitions < partitions:
-                try:
-                    info = await self.core.execute(
-                        CreatePartitions(topic, partitions - info.partitions)
-                    )
-                except GatewayError as exc2:
-                    return f"ERROR: failed to create topic '{topic}': {exc2.message}"
-        self.state.groups.setdefault(DEFAULT_GROUP, GroupBinding(topic, info.partitions))
-        return f"Topic '{topic}' now has {info.partitions} partitions"
-
-    async def _delete(self, args_text: str) -> str:
-        topic = codec.parse_params(args_text).get("topic", "")
-        if not topic:
-            return "missing topic parameter. Expected: DELETE topic=<name>"
-        try:
-            await self.core.execute(DeleteTopic(topic))
-        except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
-                return f"topic '{topic}' not found"
-            raise
-        return f"\U0001f5d1\ufe0f Topic '{topic}' deleted"
-
-    async def _list(self) -> str:
-        topics = await self.core.execute(ListTopics())
-        if not topics:
-            return "(no topics)"
-        return ", ".join(t.name for t in topics)
-
-    async def _describe(self, args_text: str) -> str:
-        topic = codec.parse_params(args_text).get("topic", "")
-        if not topic:
-            return "missing topic parameter. Expected: DESCRIBE topic=<name>"
-        try:
-            desc = await self.core.execute(DescribeTopic(topic))
-        except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
-                return f"topic '{topic}' not found"
-            raise
-        meta = {
-            "topic": topic,
-            "partitions": [
-                {
-                    "id": p.partition,
-                    "leader": "",
-                    "replicas": None,
-                    "isr": None,
-                    "leo": p.high_watermark,
-                    "hwm": p.high_watermark,
-                }
-                for p in desc.partitions
-            ],
-        }
-        return json.dumps(meta, indent=2, ensure_ascii=False)
-
-    async def _metadata(self, args_text: str) -> str:
-        topic = codec.parse_params(args_text).get("topic", "")
-        if not topic:
-            return "ERROR: missing_topic command=METADATA"
-        info = await self._topic(topic)
-        if info is None:
-            return f"ERROR: topic_not_found topic={topic}"
-        addr = f"{self.ctx.advertised_host}:{self.ctx.advertised_port}"
-        n = info.partitions
-        return (
-            f"OK topic={topic} partitions={n} leaders={','.join([addr] * n)} "
-            f"epochs={','.join(['0'] * n)}"
-        )
-
-    async def _find_coordinator(self, args_text: str) -> str:
-        if not codec.parse_params(args_text).get("group"):
-            return "ERROR: missing_group command=FIND_COORDINATOR"
-        return (
-            f"OK coordinator_id=standalone host={self.ctx.advertised_host} "
-            f"port={self.ctx.advertised_port}"
-        )
 
     # ------------------------------------------------------------------ produce
     async def _publish(self, args_text: str) -> str | bytes:
@@ -908,260 +613,6 @@ class CursusSession:
                     await stream.send_all(codec.frame(_control("CLOSE", "removed", spec.offset)))
                     return "removed"
                 await self._stream_commit(spec)
-
-    # ------------------------------------------------------------------ groups
-    async def _register_group(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        topic, group = args.get("topic", ""), args.get("group", "")
-        if not topic:
-            return "REGISTER_GROUP requires topic parameter"
-        if not group:
-            return "REGISTER_GROUP requires group parameter"
-        info = await self._topic(topic)
-        if info is None:
-            return f"topic '{topic}' does not exist"
-        binding = self.state.groups.setdefault(group, GroupBinding(topic, info.partitions))
-        if binding.partitions != info.partitions:
-            return (
-                f"ERROR: partition count mismatch (existing: {binding.partitions}, "
-                f"requested: {info.partitions})"
-            )
-        return f"\u2705 Group '{group}' registered for topic '{topic}'"
-
-    def _required(self, name: str, args: dict[str, str], keys: tuple[str, ...]) -> str | None:
-        for key in keys:
-            if not args.get(key):
-                return f"{name} requires {key} parameter"
-        return None
-
-    async def _join_group(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required("JOIN_GROUP", args, ("topic", "group", "member"))
-        if missing:
-            return missing
-        topic, group = args["topic"], args["group"]
-        binding = self.state.groups.get(group) or await self._group_binding(group)
-        if binding is None:
-            info = await self._topic(topic)
-            if info is None:
-                return f"topic '{topic}' not found"
-            binding = self.state.groups.setdefault(group, GroupBinding(topic, info.partitions))
-        desc = await self._describe_group(group)
-        taken = {m.member_id for m in desc.members}
-        if args["member"] in taken:
-            # A current member rejoining under the id it was given (cursus-client does so after
-            # GEN_MISMATCH). The broker would add a second suffix and leave the old id behind
-            # until its session times out, and that timeout's rebalance makes every member
-            # rejoin again, for ever; keeping the id makes a rejoin converge.
-            member = args["member"]
-        else:
-            while True:
-                member = f"{args['member']}-{random.randrange(10000):04d}"
-                if member not in taken:
-                    break
-        joined = await self.core.execute(
-            JoinGroup(
-                group,
-                (binding.topic,),
-                member,
-                session_timeout_ms=self.cfg.session_timeout_ms,
-                create_member=True,
-            )
-        )
-        synced = await self.core.execute(SyncGroup(group, member, joined.generation))
-        self._touch(group, member)
-        if self.state.rebalances.get(group, (None, 0.0))[0] != joined.generation:
-            self.state.rebalances[group] = (joined.generation, time.time())
-        assignments = [p for t, p in synced.assignment.partitions if t == binding.topic]
-        return (
-            f"OK generation={joined.generation} member={member} assignments={go_list(assignments)}"
-        )
-
-    async def _sync_group(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required("SYNC_GROUP", args, ("topic", "group", "member"))
-        if missing:
-            return missing
-        group, member = args["group"], args["member"]
-        if await self._group_binding(group) is None:
-            return f"member {member} not found in group or no assignments"
-        desc = await self._describe_group(group)
-        if self._assigned(desc, member) is None:
-            return "OK assignments=[]"
-        synced = await self.core.execute(SyncGroup(group, member, desc.generation))
-        self._touch(group, member)
-        return f"OK assignments={go_list([p for _, p in synced.assignment.partitions])}"
-
-    async def _leave_group(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required("LEAVE_GROUP", args, ("topic", "group", "member"))
-        if missing:
-            return missing
-        group, member = args["group"], args["member"]
-        if await self._group_binding(group) is None:
-            return "ERROR: group not found"
-        try:
-            await self.core.execute(LeaveGroup(group, member))
-        except GatewayError as exc:
-            if exc.code is not ErrorCode.UNKNOWN_MEMBER:
-                raise
-        self.state.heartbeats.pop((group, member), None)
-        await self._describe_group(group)
-        return f"\u2705 Left group '{group}'"
-
-    async def _heartbeat(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required("HEARTBEAT", args, ("topic", "group", "member"))
-        if missing:
-            return missing
-        group, member = args["group"], args["member"]
-        if await self._group_binding(group) is None:
-            return f"ERROR: group_not_found group={group}"
-        desc = await self._describe_group(group)
-        generation = desc.generation
-        if args.get("generation"):
-            g = go_atoi(args["generation"])
-            if g is None:
-                return f"ERROR: invalid generation value: {args['generation']}"
-            generation = g
-        try:
-            await self.core.execute(Heartbeat(group, member, generation))
-        except GatewayError as exc:
-            if exc.code is ErrorCode.UNKNOWN_MEMBER:
-                return f"ERROR: member_not_found member={member} group={group}"
-            if exc.code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
-                current = (await self._describe_group(group)).generation
-                return (
-                    f"ERROR: GEN_MISMATCH current={current} requested={generation} "
-                    f"group={group} member={member}"
-                )
-            raise
-        self._touch(group, member)
-        return "OK"
-
-    async def _group_status(self, args_text: str) -> str:
-        group = codec.parse_params(args_text).get("group", "")
-        if not group:
-            return "GROUP_STATUS requires group parameter"
-        binding = await self._group_binding(group)
-        if binding is None:
-            return f"ERROR: group '{group}' not found"
-        desc = await self._describe_group(group)
-        members = [
-            {
-                "member_id": m.member_id,
-                "last_heartbeat": go_time(self.state.heartbeats.get((group, m.member_id))),
-                "assignments": [p for _, p in m.partitions],
-            }
-            for m in desc.members
-        ]
-        status = {
-            "group_name": group,
-            "topic_name": binding.topic,
-            "state": "Stable" if members else "Dead",
-            "generation": desc.generation,
-            "member_count": len(members),
-            "partition_count": binding.partitions,
-            "members": members,
-            "last_rebalance": go_time(self.state.rebalances.get(group, (0, 0.0))[1]),
-        }
-        return json.dumps(status, separators=(",", ":"), ensure_ascii=False)
-
-    # ------------------------------------------------------------------ offsets
-    async def _commit_offset(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        if not args.get("topic"):
-            return "COMMIT_OFFSET requires topic parameter"
-        if not args.get("partition"):
-            return "COMMIT_OFFSET requires partition parameter"
-        partition = go_atoi(args["partition"])
-        if partition is None:
-            return "invalid partition"
-        if not args.get("group"):
-            return "COMMIT_OFFSET requires groupID parameter"
-        if not args.get("offset"):
-            return "COMMIT_OFFSET requires offset parameter"
-        offset = go_uint(args["offset"])
-        if offset is None:
-            return "invalid offset"
-        topic, group = args["topic"], args["group"]
-        binding = await self._group_binding(group)
-        if binding is None:
-            return f"ERROR: group '{group}' not found"
-        if binding.topic != topic:
-            return f"ERROR topic_not_assigned_to_group: {binding.topic} {topic}"
-        generation, member = -1, args.get("member", "")
-        if args.get("generation") and member:  # the newer clients' ownership check
-            g = go_atoi(args["generation"])
-            desc = await self._describe_group(group)
-            assigned = self._assigned(desc, member)
-            if g is not None and assigned is not None and g != desc.generation:
-                return (
-                    f"ERROR: GEN_MISMATCH current={desc.generation} requested={g} "
-                    f"group={group} member={member}"
-                )
-            if g is None or assigned is None or partition not in assigned:
-                return (
-                    f"ERROR: NOT_OWNER partition={partition} member={member} group={group} "
-                    f"generation={args['generation']}"
-                )
-            generation = g
-        await self.core.execute(
-            CommitOffset(group, topic, partition, offset, generation=generation, member_id=member)
-        )
-        return "OK"
-
-    async def _fetch_offset(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        if not args.get("topic"):
-            return "FETCH_OFFSET requires topic parameter"
-        if not args.get("partition"):
-            return "FETCH_OFFSET requires partition parameter"
-        partition = go_atoi(args["partition"])
-        if partition is None:
-            return "invalid partition"
-        if not args.get("group"):
-            return "FETCH_OFFSET requires group parameter"
-        topic, group = args["topic"], args["group"]
-        plain = self.cfg.fetch_offset_reply == "integer"
-        binding = await self._group_binding(group)
-        committed = await self.core.execute(FetchOffset(group, topic, partition))
-        if binding is None and committed.offset < 0:
-            if plain:
-                return f"ERROR group_not_found: {group}"
-            return f"ERROR: group_not_found group={group}"
-        if binding is not None and binding.topic != topic:
-            if plain:
-                return f"ERROR topic_not_assigned_to_group: {binding.topic} {topic}"
-            return f"ERROR: topic_not_assigned_to_group expected={binding.topic} actual={topic}"
-        offset = max(committed.offset, 0)
-        return str(offset) if plain else f"OK offset={offset}"
-
-    async def _batch_commit(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        topic, group, member = args.get("topic", ""), args.get("group", ""), args.get("member", "")
-        generation = go_atoi(args.get("generation")) or 0
-        cut = args_text.rstrip().rfind(" ")
-        data = args_text.rstrip()[cut + 1 :]
-        valid: list[tuple[int, int]] = []
-        desc = await self._describe_group(group) if group else None
-        for pair in data.split(","):
-            kv = pair.split(":")
-            if len(kv) != 2:
-                continue
-            p = go_atoi(kv[0].removeprefix("P"))
-            o = go_uint(kv[1])
-            if p is None or o is None or desc is None:
-                continue
-            assigned = self._assigned(desc, member)
-            if assigned is None or desc.generation != generation or p not in assigned:
-                continue
-            valid.append((p, o))
-        if not valid:
-            return "ERROR: no_valid_offsets"
-        for p, o in valid:
-            await self.core.execute(CommitOffset(group, topic, p, o, generation, member))
-        return f"OK batched={len(valid)}"
 
 
 def _idempotence_error(exc: GatewayError) -> str:

@@ -1,0 +1,139 @@
+"""The topic commands: CREATE, DELETE, LIST, DESCRIBE, and METADATA and FIND_COORDINATOR,
+which say where topics and groups are served (this gateway, standalone)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gateway.model import (
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    DescribeTopic,
+    ErrorCode,
+    GatewayError,
+    ListTopics,
+    TopicInfo,
+)
+from gateway.protocols.cursus import codec
+from gateway.protocols.cursus.gotext import go_atoi
+from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBinding
+
+# topic config keys that CREATE sets (PUBLISH and batches read H_IDEMPOTENT)
+H_IDEMPOTENT = "cursus.idempotent"
+H_EVENT_SOURCING = "cursus.event_sourcing"
+
+
+class TopicCommands:
+    """The topic commands of :class:`~gateway.protocols.cursus.session.CursusSession`, which
+    mixes this class in and provides the attributes below."""
+
+    ctx: Any
+    core: Any
+    cfg: Any
+    state: CursusState
+    _topic: Callable[[str], Awaitable[TopicInfo | None]]
+
+    async def _create(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        topic = args.get("topic", "")
+        if not topic:
+            return "missing topic parameter. Expected: CREATE topic=<name> [partitions=<N>]"
+        partitions = self.cfg.default_partitions
+        if "partitions" in args:
+            n = go_atoi(args["partitions"])
+            if n is None or n <= 0:
+                return "partitions must be a positive integer"
+            partitions = n
+        if "replication_factor" in args:
+            rf = go_atoi(args["replication_factor"])
+            if rf is None or rf <= 0:
+                return "replication_factor must be a positive integer"
+        config: list[tuple[str, str]] = []
+        if args.get("idempotent", "").lower() == "true":
+            config.append((H_IDEMPOTENT, "true"))
+        if args.get("event_sourcing", "").lower() == "true":
+            config.append((H_EVENT_SOURCING, "true"))
+        try:
+            info = await self.core.execute(CreateTopic(topic, partitions, tuple(config)))
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.TOPIC_EXISTS:
+                return f"ERROR: failed to create topic '{topic}': {exc.message}"
+            info = await self.core.topic(topic)
+            if info.partitions < partitions:
+                try:
+                    info = await self.core.execute(
+                        CreatePartitions(topic, partitions - info.partitions)
+                    )
+                except GatewayError as exc2:
+                    return f"ERROR: failed to create topic '{topic}': {exc2.message}"
+        self.state.groups.setdefault(DEFAULT_GROUP, GroupBinding(topic, info.partitions))
+        return f"Topic '{topic}' now has {info.partitions} partitions"
+
+    async def _delete(self, args_text: str) -> str:
+        topic = codec.parse_params(args_text).get("topic", "")
+        if not topic:
+            return "missing topic parameter. Expected: DELETE topic=<name>"
+        try:
+            await self.core.execute(DeleteTopic(topic))
+        except GatewayError as exc:
+            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+                return f"topic '{topic}' not found"
+            raise
+        return f"\U0001f5d1\ufe0f Topic '{topic}' deleted"
+
+    async def _list(self) -> str:
+        topics = await self.core.execute(ListTopics())
+        if not topics:
+            return "(no topics)"
+        return ", ".join(t.name for t in topics)
+
+    async def _describe(self, args_text: str) -> str:
+        topic = codec.parse_params(args_text).get("topic", "")
+        if not topic:
+            return "missing topic parameter. Expected: DESCRIBE topic=<name>"
+        try:
+            desc = await self.core.execute(DescribeTopic(topic))
+        except GatewayError as exc:
+            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+                return f"topic '{topic}' not found"
+            raise
+        meta = {
+            "topic": topic,
+            "partitions": [
+                {
+                    "id": p.partition,
+                    "leader": "",
+                    "replicas": None,
+                    "isr": None,
+                    "leo": p.high_watermark,
+                    "hwm": p.high_watermark,
+                }
+                for p in desc.partitions
+            ],
+        }
+        return json.dumps(meta, indent=2, ensure_ascii=False)
+
+    async def _metadata(self, args_text: str) -> str:
+        topic = codec.parse_params(args_text).get("topic", "")
+        if not topic:
+            return "ERROR: missing_topic command=METADATA"
+        info = await self._topic(topic)
+        if info is None:
+            return f"ERROR: topic_not_found topic={topic}"
+        addr = f"{self.ctx.advertised_host}:{self.ctx.advertised_port}"
+        n = info.partitions
+        return (
+            f"OK topic={topic} partitions={n} leaders={','.join([addr] * n)} "
+            f"epochs={','.join(['0'] * n)}"
+        )
+
+    async def _find_coordinator(self, args_text: str) -> str:
+        if not codec.parse_params(args_text).get("group"):
+            return "ERROR: missing_group command=FIND_COORDINATOR"
+        return (
+            f"OK coordinator_id=standalone host={self.ctx.advertised_host} "
+            f"port={self.ctx.advertised_port}"
+        )
