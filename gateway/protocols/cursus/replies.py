@@ -35,8 +35,3 @@ def build_reply_frame(topic: str, partition: int, batches: tuple[RecordBatch, ..
         topic, partition, "1", False, first_seq, last_seq, count
     )
     return out
-
-
-def build_reply_batch(topic: str, partition: int, batches: tuple[RecordBatch, ...]) -> bytes:
-    """The reply's body (without the frame length)."""
-    return bytes(build_reply_frame(topic, partition, batches)[4:])
