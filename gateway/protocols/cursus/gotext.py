@@ -11,7 +11,7 @@ import re
 from datetime import UTC, datetime
 
 _INT = re.compile(r"[+-]?[0-9]+\Z")
-_UINT = re.compile(r"\+?[0-9]+\Z")
+_UINT = re.compile(r"[0-9]+\Z")
 ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
@@ -66,7 +66,7 @@ def go_atoi(text: str | None) -> int | None:
 
 
 def go_uint(text: str | None) -> int | None:
-    """strconv.ParseUint(s, 10, 64)."""
+    """strconv.ParseUint(s, 10, 64): decimal digits only, no sign (None when invalid)."""
     if text is None or not _UINT.match(text):
         return None
     value = int(text)
@@ -79,6 +79,10 @@ def go_list(values: list[int] | tuple[int, ...]) -> str:
 
 
 def go_time(wall: float | None) -> str:
+    """A time.Time in UTC as encoding/json writes it (RFC 3339 with the fraction's trailing
+    zeros dropped, none when whole); Go's zero time for no time."""
     if not wall:
         return ZERO_TIME
-    return datetime.fromtimestamp(wall, UTC).isoformat().replace("+00:00", "Z")
+    t = datetime.fromtimestamp(wall, UTC)
+    fraction = f".{t.microsecond:06d}".rstrip("0") if t.microsecond else ""
+    return t.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
