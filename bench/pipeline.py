@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,7 @@ from tests.support import GatewayProcess  # noqa: E402
 
 TOPIC = "bench-pipeline"
 WARMUPS = 2
+CHILD_TIMEOUT_S = 1800  # for one RESULT of a child (its start and warm-ups, or one export)
 
 
 def descendants(pid: int) -> list[int]:
@@ -234,10 +236,21 @@ class SparkExporter:
         self.ready = self._result()
 
     def _result(self) -> dict:
+        """The child's next RESULT line (its JVM start and warm-ups, or one export): within
+        ``CHILD_TIMEOUT_S``, or the bench ends (SIGALRM) and main's ``finally`` stops both."""
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("RESULT "):
-                return json.loads(line[len("RESULT ") :])
+
+        def expired(signum: int, frame: object) -> None:
+            raise TimeoutError(f"spark export with {self.master}: no result in {CHILD_TIMEOUT_S} s")
+
+        signal.signal(signal.SIGALRM, expired)
+        signal.alarm(CHILD_TIMEOUT_S)
+        try:
+            for line in self.proc.stdout:
+                if line.startswith("RESULT "):
+                    return json.loads(line[len("RESULT ") :])
+        finally:
+            signal.alarm(0)
         self.stderr.seek(0)
         raise SystemExit(f"spark export with {self.master} failed:\n{self.stderr.read()[-4000:]}")
 
