@@ -197,7 +197,8 @@ def test_failed_write_aborts_and_reports(
             raise ValueError("boom")
         return v
 
-    bad = F.udf(explode, "string")
+    # A plain Python UDF: the Arrow-optimised kind (Spark 4's default) would need pandas.
+    bad = F.udf(explode, "string", useArrow=False)
     df = spark.createDataFrame([("ok",), ("bad",)], "value string").withColumn(
         "value", bad("value")
     )
