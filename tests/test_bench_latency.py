@@ -75,7 +75,7 @@ def test_percentiles(latency: ModuleType) -> None:
 def test_a_run_under_host_steal_is_not_trusted(latency: ModuleType) -> None:
     """A run that kept its schedule is still repeated when the host stole the virtual CPUs for
     more than MAX_STEAL_PCT of its time; schedule misses are untrusted whatever the steal."""
-    quiet = {"overloaded": False, "schedule_lag_p99_ms": 1.0, "host_steal_pct": 0.5}
+    quiet = {"overloaded": False, "schedule_lag_p99_ms": 1.0, "host_steal_pct": 0.25}
     assert latency.trustworthy(quiet)
     assert not latency.trustworthy({**quiet, "host_steal_pct": latency.MAX_STEAL_PCT + 0.1})
     assert not latency.trustworthy({**quiet, "overloaded": True})
