@@ -29,6 +29,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import targets  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 PY = sys.executable
 EMBEDDED_FSYNC = "every 50 ms (the embedded backend's default `fsync = 50`)"
@@ -51,7 +55,7 @@ DRIVERS: list[tuple[str, list[str], str, int, str]] = [
     ),
     (
         "kafka08",
-        ["bench/kafka08.py", "--records", "100000", "--repeat", "1"],
+        ["bench/kafka08.py", "--records", "100000", "--repeat", "2"],
         "kafka08.json",
         120,
         KCAT,
@@ -570,6 +574,7 @@ def report(latest: dict, images: list[str]) -> str:
     ]
     for name, d in latest["drivers"].items():
         lines.append(f"| {name} | {d['status']} | {d['seconds']} | {d['generator']} |")
+    lines += targets.section(targets.evaluate(latest["drivers"]))
     lines += [
         "",
         "## Throughput (records/s and MB/s of record values)",
@@ -660,6 +665,7 @@ def main() -> None:
     latest["seconds"] = round(time.perf_counter() - started, 1)
     if only or args.report_only:  # a partial run: the whole is the sum of the drivers' times
         latest["seconds"] = round(sum(d["seconds"] for d in latest["drivers"].values()), 1)
+    latest["targets"] = targets.evaluate(latest["drivers"])
     (RESULTS / "latest.json").write_text(json.dumps(latest, indent=2) + "\n")
     images = charts(latest)
     (RESULTS / "REPORT.md").write_text(report(latest, images))
