@@ -53,9 +53,11 @@ Workload (printed too), per protocol:
      from /proc/stat: on a virtual machine whose host is oversubscribed the vCPUs stop for ms
      at a time, and at 50% of saturation a queue builds behind each stop; on the shared 2-CPU
      machine this was written on, identical runs had a gateway p99 of ~1 ms under 0.25% steal,
-     2-3 ms at ~1% and 4-5 ms at 2-2.5%: ``MAX_STEAL_PCT``). Up to 12 rounds are run
-     (saturation measured again, the same way, after a run that fell behind its rate), and no
-     round starts that would take the protocol past --round-budget (50) seconds, so a noisy
+     2-3 ms at ~1% and 4-5 ms at 2-2.5%: ``MAX_STEAL_PCT``). The protocols take their rounds
+     in turn, every protocol's saturation first (a noisy minute costs each protocol a round
+     rather than one protocol all of its rounds), each up to 12 rounds (saturation measured
+     again, the same way, after a run that fell behind its rate), and no round starts that
+     would take the rounds past --round-budget (45) seconds per protocol, pooled, so a noisy
      host cannot push the driver past its time limit in ``make bench``; with fewer counted
      rounds than asked the verdict is "not measured" rather than a figure.
 
@@ -94,7 +96,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,7 +132,7 @@ MAX_LAG_MS = 20.0  # a scheduler later than this at p99 was stalled: the run is 
 # at 0.56-1.05%, 3.7-5.1 at 1.8-2.6%): the host takes its share in bursts of ms, and a queue
 # of requests builds up behind each one
 MAX_STEAL_PCT = 0.5
-MAX_ROUNDS = 12  # rounds run at most to get --rounds counted ones (--round-budget ends it first)
+MAX_ROUNDS = 12  # rounds per protocol at most to get --rounds counted ones
 SATURATION_RUNS = 3  # closed loops at the best connection count; their median is saturation
 
 
@@ -439,67 +441,111 @@ async def closed_rates(
     return [(await path.closed(connections, seconds))["requests_per_s"] for _ in range(runs)]
 
 
-async def load_latency(
-    name: str, gw: GatewayProcess, direct: Core, args: argparse.Namespace, exe: Path | None
-) -> dict[str, Any]:
-    """Saturation (closed loops: see the module docstring), then ``ROUNDS`` rounds of the gateway
-    path and the direct path at ``args.fraction`` of it, one after the other in each round so
-    both see the machine of the same moment: see the module docstring. A round with a run that
-    did not keep its schedule or ran under host steal is not counted and another is run, up to
-    ``MAX_ROUNDS`` (saturation is measured again after a run that fell behind its rate). The
-    figure is the median round's; every round is kept in the result."""
-    topic = f"lat-{name}"
-    await create(gw, topic)
-    dtopic = f"direct-{name}"
-    await direct.execute(CreateTopic(dtopic, 1))
-    command = Produce(dtopic, RecordBatch(records=records(1, 100)), partition=0)
-    direct_senders = [lambda: direct.execute(command)] * args.pool
-    rounds: list[dict[str, Any]] = []
-    started = trio.current_time()
-    async with gateway_path(name, gw, topic, args, exe) as path:
-        conc = {str(c): await path.closed(c, args.seconds) for c in CONNECTIONS}
-        best = max(CONNECTIONS, key=lambda c: conc[str(c)]["requests_per_s"])
-        saturation_runs = [conc[str(best)]["requests_per_s"]]
-        saturation_runs += await closed_rates(path, best, args.seconds, SATURATION_RUNS - 1)
-        while len(rounds) < MAX_ROUNDS and sum(r["counted"] for r in rounds) < args.rounds:
-            spent = trio.current_time() - started
-            if rounds and spent + spent / len(rounds) > args.round_budget:
-                break  # another round would overrun this protocol's share of the time limit
-            if rounds and (
-                rounds[-1]["gateway"]["overloaded"] or rounds[-1]["direct"]["overloaded"]
-            ):
-                saturation_runs = await closed_rates(path, best, args.seconds, SATURATION_RUNS)
-            saturation = statistics.median(saturation_runs)
-            rate = max(1.0, args.fraction * saturation)
-            count = max(args.min_requests, int(rate * args.load_seconds))
-            gateway = await path.open(rate, count)
-            direct_run = await measured_open_loop(direct_senders, rate, count, None)
-            rounds.append(
-                {
-                    "saturation_rps": saturation,
-                    "saturation_runs_rps": saturation_runs,
-                    "rate_rps": round(rate),
-                    "gateway": gateway,
-                    "direct": direct_run,
-                    **{
-                        f"added_{q}_ms": round(gateway[f"{q}_ms"] - direct_run[f"{q}_ms"], 3)
-                        for q in ("p50", "p99", "p999")
-                    },
-                    "counted": trustworthy(gateway) and trustworthy(direct_run),
-                }
+class ProtocolLoad:
+    """One protocol's latency-under-load measurement: its saturation, then its rounds (see the
+    module docstring); ``load_latency`` interleaves the rounds of every protocol."""
+
+    def __init__(
+        self, name: str, path: PythonPath | CPath, direct: Core, dtopic: str, pool: int
+    ) -> None:
+        self.name, self.path = name, path
+        command = Produce(dtopic, RecordBatch(records=records(1, 100)), partition=0)
+        self.direct_senders: list[Send] = [lambda: direct.execute(command)] * pool
+        self.rounds: list[dict[str, Any]] = []
+        self.conc: dict[str, dict[str, float]] = {}
+        self.best = CONNECTIONS[0]
+        self.saturation_runs: list[float] = []
+
+    async def saturate(self, seconds: float) -> None:
+        """The closed loops at every connection count, then more at the best one."""
+        self.conc = {str(c): await self.path.closed(c, seconds) for c in CONNECTIONS}
+        self.best = max(CONNECTIONS, key=lambda c: self.conc[str(c)]["requests_per_s"])
+        self.saturation_runs = [self.conc[str(self.best)]["requests_per_s"]]
+        more = SATURATION_RUNS - 1
+        self.saturation_runs += await closed_rates(self.path, self.best, seconds, more)
+
+    def counted(self) -> list[dict[str, Any]]:
+        return [r for r in self.rounds if r["counted"]]
+
+    def wants_round(self, asked: int) -> bool:
+        return len(self.rounds) < MAX_ROUNDS and len(self.counted()) < asked
+
+    async def round(self, args: argparse.Namespace) -> None:
+        """One gateway-path run and one direct-path run at ``args.fraction`` of saturation (measured
+        again first when the previous round fell behind its rate)."""
+        last = self.rounds[-1] if self.rounds else None
+        if last and (last["gateway"]["overloaded"] or last["direct"]["overloaded"]):
+            self.saturation_runs = await closed_rates(
+                self.path, self.best, args.seconds, SATURATION_RUNS
             )
-    counted = [r for r in rounds if r["counted"]]
-    chosen = median_round(counted or rounds)
-    return {
-        "concurrency": conc,
-        **{k: v for k, v in chosen.items() if k != "counted"},
-        # None: not measured (fewer than --rounds rounds on a quiet host, even when repeated)
-        "meets_target": (
-            chosen["added_p99_ms"] <= TARGET_ADDED_P99_MS if len(counted) >= args.rounds else None
-        ),
-        "added_p99_ms_of_counted_rounds": [r["added_p99_ms"] for r in counted],
-        "rounds": rounds,
-    }
+        saturation = statistics.median(self.saturation_runs)
+        rate = max(1.0, args.fraction * saturation)
+        count = max(args.min_requests, int(rate * args.load_seconds))
+        gateway = await self.path.open(rate, count)
+        direct_run = await measured_open_loop(self.direct_senders, rate, count, None)
+        self.rounds.append(
+            {
+                "saturation_rps": saturation,
+                "saturation_runs_rps": self.saturation_runs,
+                "rate_rps": round(rate),
+                "gateway": gateway,
+                "direct": direct_run,
+                **{
+                    f"added_{q}_ms": round(gateway[f"{q}_ms"] - direct_run[f"{q}_ms"], 3)
+                    for q in ("p50", "p99", "p999")
+                },
+                "counted": trustworthy(gateway) and trustworthy(direct_run),
+            }
+        )
+
+    def result(self, asked: int) -> dict[str, Any]:
+        """The median counted round (the median of all when none counted), every round kept."""
+        counted = self.counted()
+        chosen = median_round(counted or self.rounds)
+        return {
+            "concurrency": self.conc,
+            **{k: v for k, v in chosen.items() if k != "counted"},
+            # None: not measured (fewer than asked rounds on a quiet host, even when repeated)
+            "meets_target": (
+                chosen["added_p99_ms"] <= TARGET_ADDED_P99_MS if len(counted) >= asked else None
+            ),
+            "added_p99_ms_of_counted_rounds": [r["added_p99_ms"] for r in counted],
+            "rounds": self.rounds,
+        }
+
+
+async def load_latency(
+    names: Sequence[str],
+    gw: GatewayProcess,
+    direct: Core,
+    args: argparse.Namespace,
+    exe: Path | None,
+) -> dict[str, dict[str, Any]]:
+    """Every protocol's saturation, then rounds taken in turn (one for each protocol still short
+    of ``args.rounds`` counted ones, then again) until each has them, has run ``MAX_ROUNDS``, or
+    another round would overrun ``args.round_budget`` seconds per protocol, pooled. In turn, so
+    a noisy minute of the host costs every protocol a round, not one protocol all of its
+    rounds, and the time goes to the protocols that still need it."""
+    async with AsyncExitStack() as stack:
+        loads = []
+        for name in names:
+            topic, dtopic = f"lat-{name}", f"direct-{name}"
+            await create(gw, topic)
+            await direct.execute(CreateTopic(dtopic, 1))
+            path = await stack.enter_async_context(gateway_path(name, gw, topic, args, exe))
+            loads.append(ProtocolLoad(name, path, direct, dtopic, args.pool))
+        for load in loads:
+            await load.saturate(args.seconds)
+        budget, started, done = args.round_budget * len(loads), trio.current_time(), 0
+        while pending := [load for load in loads if load.wants_round(args.rounds)]:
+            for load in pending:
+                spent = trio.current_time() - started
+                if done and spent + spent / done > budget:
+                    return {load.name: load.result(args.rounds) for load in loads}
+                await load.round(args)
+                print(load.name, "round", json.dumps(load.rounds[-1]), flush=True)
+                done += 1
+        return {load.name: load.result(args.rounds) for load in loads}
 
 
 async def batches(name: str, gw: GatewayProcess, size: int, count: int) -> dict[str, float]:
@@ -595,9 +641,10 @@ async def main() -> None:
     parser.add_argument(
         "--round-budget",
         type=float,
-        default=50.0,
-        help="seconds of rounds per protocol: no further round starts once one more would "
-        "overrun it (a noisy host then gives 'not measured' within make bench's time limit)",
+        default=45.0,
+        help="seconds of rounds per protocol, pooled over the protocols: no further round starts "
+        "once one more would overrun the pool (a noisy host then gives 'not measured' within "
+        "make bench's time limit)",
     )
     parser.add_argument("--backend", choices=("embedded", "memory"), default="embedded")
     parser.add_argument(
@@ -633,8 +680,8 @@ async def main() -> None:
             f"{args.min_requests} requests) over {args.pool} connections, latency from each "
             f"request's release; direct path: the same open loop of Core.execute(Produce) "
             f"in-process on the same backend type, right after; the median of {args.rounds} "
-            f"counted rounds of both (a round under host steal > {MAX_STEAL_PCT:g}% or off "
-            f"its schedule is not counted)"
+            f"counted rounds of both, the protocols taking rounds in turn (a round under host "
+            f"steal > {MAX_STEAL_PCT:g}% or off its schedule is not counted)"
         ),
         "latency_backend": backend,
         "batches": f"{args.batches} batches of {BATCH} records of {SIZES} bytes, then consume",
@@ -669,9 +716,9 @@ async def main() -> None:
         gw.start()
         try:
             async with direct_core(args.backend, Path(tmp) / "direct") as direct:
+                loads = await load_latency(protocols, gw, direct, args, exe)
                 for name in protocols:
-                    row: dict[str, Any] = {"load": await load_latency(name, gw, direct, args, exe)}
-                    print(name, json.dumps(row["load"]), flush=True)
+                    row: dict[str, Any] = {"load": loads[name]}
                     if args.batches:
                         row["batches"] = {
                             str(s): await batches(name, gw, s, args.batches) for s in SIZES
