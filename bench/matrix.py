@@ -144,6 +144,8 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     print(f"written to {RESULTS.relative_to(ROOT)}")
+    if failed:
+        sys.exit(f"{len(failed)} pair(s) failed")
 
 
 if __name__ == "__main__":

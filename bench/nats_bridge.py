@@ -13,7 +13,8 @@ Workloads (the wire traffic is the same for all three):
   fetch    the same M records back with batch direct gets of 1000 (replies until "204 EOB").
 
 Needs nats-py and trio-asyncio (``pip install nats-py==2.16.0 trio-asyncio==0.16.0``) and the
-nats-server of the test extra. ``python bench/nats_bridge.py [N] [M]``.
+nats-server of the test extra (both in the ``bench`` extra). ``python bench/nats_bridge.py [N]
+[M]``; results go to ``bench/results/nats_bridge.json``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ N_RTT = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
 M_RECORDS = int(sys.argv[2]) if len(sys.argv) > 2 else 50_000
 BATCH = 1000
 PAYLOAD = b"x" * 100
+RESULTS = Path(__file__).resolve().parent / "results" / "nats_bridge.json"
 
 
 def batch_headers(batch_id: str, i: int, last: bool) -> dict[str, str]:
@@ -248,6 +250,19 @@ async def main() -> None:
                 f"publish {base['publish'] / r['publish']:.2f}x, "
                 f"fetch {base['fetch'] / r['fetch']:.2f}x"
             )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "workload": {"rtt_requests": N_RTT, "records": M_RECORDS, "batch": BATCH},
+                "per_s": {name: {k: round(v) for k, v in r.items()} for name, r in results.items()},
+                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"written {RESULTS}")
 
 
 if __name__ == "__main__":

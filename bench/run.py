@@ -7,9 +7,9 @@ each other), with a time limit; a driver that fails or times out is reported as 
 goes on. The report has, per protocol and path: records/s and MB/s for produce and fetch, the
 in-process baseline measured by the same driver in the same run and the ratio to it, which load
 generator drove it, p50/p99/p999 request latency (bench/latency.py) and the idle-connection
-memory. Drivers not run here: bench/pipeline.py (Spark; minutes of JVM start-up, ``gateway
-pipeline``'s own benchmark) and bench/nats_bridge.py (a design-time comparison that needs nats-py
-and trio-asyncio, not part of the gateway).
+memory. Not run here: bench/pipeline.py (Spark: two JVMs and minutes of exports before its
+ratio means anything, issue 11's own benchmark); the targets table shows its last published
+run (``bench/results/pipeline.jsonl``), marked as such.
 
 Usage: ``python bench/run.py [--only NAME,...] [--report-only]``.
 """
@@ -84,6 +84,20 @@ DRIVERS: list[tuple[str, list[str], str, int, str]] = [
         "backends.json",
         150,
         "kcat; nats-py and confluent-kafka for the direct rows",
+    ),
+    (
+        "matrix",
+        ["bench/matrix.py", "--records", "1000"],
+        "matrix.json",
+        150,
+        "in-repo codec clients (gateway.interop.drivers), one connection per protocol",
+    ),
+    (
+        "nats_bridge",
+        ["bench/nats_bridge.py"],
+        "nats_bridge.json",
+        120,
+        "the gateway's own NATS client; nats-py through trio-asyncio; nats-py on a loop thread",
     ),
 ]
 
@@ -270,6 +284,30 @@ def rows_liftbridge(d: dict) -> list[Row]:
     return out
 
 
+def rows_matrix(d: dict) -> list[Row]:
+    """All 25 producer -> consumer pairs together, direct and through each upstream chain."""
+    rps = d.get("all_pairs_records_per_s", {})
+    base = rps.get("direct")
+    gen = "in-repo codec clients"
+    return [
+        row("(25 pairs)", path, "produce + consume", v, base, 30, gen, "matrix")
+        for path, v in rps.items()
+        if path != "direct"
+    ]
+
+
+def rows_nats_bridge(d: dict) -> list[Row]:
+    """JetStream from trio code: nats-py through two bridges against the gateway's client."""
+    per_s = d.get("per_s", {})
+    base = per_s.get("native", {})
+    return [
+        row("(NATS client)", path, op, r.get(op), base.get(op), 100, path, "nats_bridge")
+        for path, r in per_s.items()
+        if path != "native"
+        for op in ("publish", "fetch")
+    ]
+
+
 NORMALISERS: dict[str, Callable[[dict], list[Row]]] = {
     "kafka08": rows_kafka08,
     "tank": rows_tank,
@@ -279,6 +317,8 @@ NORMALISERS: dict[str, Callable[[dict], list[Row]]] = {
     "liftbridge": rows_liftbridge,
     "backends": rows_backends,
     "embedded_log": rows_embedded,
+    "matrix": rows_matrix,
+    "nats_bridge": rows_nats_bridge,
 }
 
 
@@ -556,6 +596,14 @@ def rerun_note(rerun: dict | None) -> str:
     )
 
 
+def targets_of(latest: dict) -> list[dict[str, Any]]:
+    """The issues' targets against this run, and issue 11's against bench/pipeline.py's last."""
+    path = RESULTS / "pipeline.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    runs = [json.loads(line) for line in lines if line.strip()]
+    return targets.evaluate(latest["drivers"]) + targets.pipeline_targets(runs)
+
+
 def report(latest: dict, images: list[str]) -> str:
     m = latest["machine"]
     lines = [
@@ -574,14 +622,19 @@ def report(latest: dict, images: list[str]) -> str:
     ]
     for name, d in latest["drivers"].items():
         lines.append(f"| {name} | {d['status']} | {d['seconds']} | {d['generator']} |")
-    lines += targets.section(targets.evaluate(latest["drivers"]))
+    lines += targets.section(targets_of(latest))
     lines += [
         "",
         "## Throughput (records/s and MB/s of record values)",
         "",
         "Baseline: the driver's in-process `Core.execute` run on the same backend type (no "
         "network, no codec), measured in the same run. For `backends` rows the baseline is "
-        "gateway -> embedded, for `embedded_log` rows the memory backend.",
+        "gateway -> embedded, for `embedded_log` rows the memory backend, for `(25 pairs)` rows "
+        "(bench/matrix.py: every producer -> consumer protocol pair, produce then consume, "
+        "records/s over both) the direct path (one gateway) against the chain through an "
+        "upstream of that protocol, for `(NATS client)` rows (bench/nats_bridge.py: JetStream "
+        "from trio code, the design-time comparison behind the gateway's own NATS client) that "
+        "client.",
         "",
         "| protocol | path | op | records/s | MB/s | baseline records/s | ratio | generator |",
         "|---|---|---|---|---|---|---|---|",
@@ -665,7 +718,7 @@ def main() -> None:
     latest["seconds"] = round(time.perf_counter() - started, 1)
     if only or args.report_only:  # a partial run: the whole is the sum of the drivers' times
         latest["seconds"] = round(sum(d["seconds"] for d in latest["drivers"].values()), 1)
-    latest["targets"] = targets.evaluate(latest["drivers"])
+    latest["targets"] = targets_of(latest)
     (RESULTS / "latest.json").write_text(json.dumps(latest, indent=2) + "\n")
     images = charts(latest)
     (RESULTS / "REPORT.md").write_text(report(latest, images))

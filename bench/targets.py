@@ -157,6 +157,35 @@ TARGETS: list[Target] = [
 ]
 
 
+def pipeline_targets(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 11's targets from the last run of bench/pipeline.py (``pipeline.jsonl``), which
+    ``make bench`` does not run (two JVMs, minutes of exports): marked with that run's time."""
+    if not runs:
+        return []
+    last = runs[-1]
+    when = f"bench/pipeline.py of {last['when']} (not this run)"
+    pairs = sorted(last.get("pair_ratios") or [last["local2"] / last["local1"]])
+    figures = (
+        ("Spark export local[2] / local[1], median pair", pairs[len(pairs) // 2], 1.3),
+        (
+            "Spark export local[2] / the single-process binary read",
+            last["local2"] / last["baseline"],
+            1.0,
+        ),
+    )
+    return [
+        {
+            "issue": "11",
+            "what": what,
+            "driver": when,
+            "target": f">= {bound:g} x",
+            "measured": round(value, 2),
+            "met": value >= bound,
+        }
+        for what, value, bound in figures
+    ]
+
+
 def evaluate(drivers: dict[str, dict]) -> list[dict[str, Any]]:
     """Every target with this run's figure: ``met`` True / False, or None when not measured
     (no figure, or one its driver gives no verdict on, shown all the same)."""

@@ -58,3 +58,13 @@ def test_the_section_names_what_was_missed() -> None:
         lines
     )
     assert lines[-1].startswith(f"0 of {len(targets.TARGETS)} met; missed: TANK produce")
+
+
+def test_the_pipeline_targets_come_from_its_last_run_and_say_so() -> None:
+    old = {"when": "then", "local1": 100.0, "local2": 120.0, "baseline": 100.0}
+    last = {"when": "2026-11-26T02:28:04", "local1": 100.0, "local2": 140.0, "baseline": 150.0}
+    ratio, over_read = targets.pipeline_targets([old, {**last, "pair_ratios": [1.1, 1.5, 1.35]}])
+    assert "2026-11-26T02:28:04 (not this run)" in ratio["driver"]
+    assert (ratio["measured"], ratio["met"]) == (1.35, True)  # the median pair, not local2/local1
+    assert (over_read["measured"], over_read["met"]) == (0.93, False)
+    assert targets.pipeline_targets([]) == []
