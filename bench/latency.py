@@ -55,7 +55,7 @@ Workload (printed too), per protocol:
      machine this was written on, identical runs had a gateway p99 of ~1 ms under 0.25% steal,
      2-3 ms at ~1% and 4-5 ms at 2-2.5%: ``MAX_STEAL_PCT``). The protocols take their rounds
      in turn, every protocol's saturation first (a noisy minute costs each protocol a round
-     rather than one protocol all of its rounds), each up to 12 rounds (saturation measured
+     rather than one protocol all of its rounds), each up to 24 rounds (saturation measured
      again, the same way, after a run that fell behind its rate), and no round starts that
      would take the rounds past --round-budget (45) seconds per protocol, pooled, so a noisy
      host cannot push the driver past its time limit in ``make bench``; with fewer counted
@@ -132,7 +132,7 @@ MAX_LAG_MS = 20.0  # a scheduler later than this at p99 was stalled: the run is 
 # at 0.56-1.05%, 3.7-5.1 at 1.8-2.6%): the host takes its share in bursts of ms, and a queue
 # of requests builds up behind each one
 MAX_STEAL_PCT = 0.5
-MAX_ROUNDS = 12  # rounds per protocol at most to get --rounds counted ones
+MAX_ROUNDS = 24  # rounds per protocol at most (the pooled --round-budget usually ends first)
 SATURATION_RUNS = 3  # closed loops at the best connection count; their median is saturation
 
 

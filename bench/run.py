@@ -87,14 +87,14 @@ DRIVERS: list[tuple[str, list[str], str, int, str]] = [
     ),
     (
         "matrix",
-        ["bench/matrix.py", "--records", "1000"],
+        ["bench/matrix.py", "--records", "500"],
         "matrix.json",
         150,
         "in-repo codec clients (gateway.interop.drivers), one connection per protocol",
     ),
     (
         "nats_bridge",
-        ["bench/nats_bridge.py"],
+        ["bench/nats_bridge.py", "1000", "20000"],
         "nats_bridge.json",
         120,
         "the gateway's own NATS client; nats-py through trio-asyncio; nats-py on a loop thread",
