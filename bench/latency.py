@@ -540,7 +540,7 @@ async def load_latency(
         while pending := [load for load in loads if load.wants_round(args.rounds)]:
             for load in pending:
                 spent = trio.current_time() - started
-                if done and spent + spent / done > budget:
+                if done >= len(loads) and spent + spent / done > budget:  # each had one
                     return {load.name: load.result(args.rounds) for load in loads}
                 await load.round(args)
                 print(load.name, "round", json.dumps(load.rounds[-1]), flush=True)
