@@ -157,6 +157,11 @@ TARGETS: list[Target] = [
 ]
 
 
+def number(value: float) -> str:
+    """1,000,000 and 0.777, not 1e+06 and 0.7770."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.3g}"
+
+
 def pipeline_targets(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Issue 11's targets from the last run of bench/pipeline.py (``pipeline.jsonl``), which
     ``make bench`` does not run (two JVMs, minutes of exports): marked with that run's time."""
@@ -178,7 +183,7 @@ def pipeline_targets(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "issue": "11",
             "what": what,
             "driver": when,
-            "target": f">= {bound:g} x",
+            "target": f">= {number(bound)} x",
             "measured": round(value, 2),
             "met": value >= bound,
         }
@@ -207,7 +212,7 @@ def evaluate(drivers: dict[str, dict]) -> list[dict[str, Any]]:
                 "issue": t.issue,
                 "what": t.what,
                 "driver": t.driver,
-                "target": f"{'<=' if t.at_most else '>='} {t.bound:,g} {t.unit}",
+                "target": f"{'<=' if t.at_most else '>='} {number(t.bound)} {t.unit}",
                 "measured": value,
                 "met": met,
             }
@@ -226,7 +231,7 @@ def section(targets: list[dict[str, Any]]) -> list[str]:
     ]
     for t in targets:
         value = t["measured"]
-        shown = "-" if value is None else f"{value:,.3g}" if value < 100 else f"{value:,.0f}"
+        shown = "-" if value is None else number(value)
         verdict = {True: "yes", False: "**NO**", None: "not measured"}[t["met"]]
         lines.append(
             f"| {t['issue']} | {t['what']} | {t['driver']} | {t['target']} | {shown} | {verdict} |"
