@@ -716,7 +716,9 @@ def main() -> None:
             latest["throughput"] += NORMALISERS.get(name, lambda d: [])(info["result"])
         latest["drivers"][name] = info
     latest["seconds"] = round(time.perf_counter() - started, 1)
-    if only or args.report_only:  # a partial run: the whole is the sum of the drivers' times
+    if args.report_only and "seconds" in last and "rerun" not in last:
+        latest["seconds"] = last["seconds"]  # nothing ran: that whole run's own time
+    elif only or args.report_only:  # a partial run: the whole is the sum of the drivers' times
         latest["seconds"] = round(sum(d["seconds"] for d in latest["drivers"].values()), 1)
     latest["targets"] = targets_of(latest)
     (RESULTS / "latest.json").write_text(json.dumps(latest, indent=2) + "\n")
