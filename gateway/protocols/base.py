@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import structlog
 import trio
@@ -16,6 +17,23 @@ if TYPE_CHECKING:
 
 MiB = 1 << 20
 PROXY_MODES = ("off", "optional", "required")
+
+T = TypeVar("T")
+
+
+class PerCore(Generic[T]):
+    """A protocol's state shared by all its connections on one Core (registries, flags, group
+    bookkeeping): made on first use, dropped with the core (tests run many cores in one
+    process)."""
+
+    def __init__(self) -> None:
+        self._states: weakref.WeakKeyDictionary[Any, T] = weakref.WeakKeyDictionary()
+
+    def get(self, core: Any, make: Callable[[], T]) -> T:
+        state = self._states.get(core)
+        if state is None:
+            state = self._states[core] = make()
+        return state
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,13 +238,9 @@ class GroupCommands:
     # ------------------------------------------------------------------ offsets
     async def _commit_offset(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
-        if not args.get("topic"):
-            return "COMMIT_OFFSET requires topic parameter"
-        if not args.get("partition"):
-            return "COMMIT_OFFSET requires partition parameter"
-        partition = go_atoi(args["partition"])
-        if partition is None:
-            return "invalid partition"
+        partition = offset_partition(args, "COMMIT_OFFSET")
+        if isinstance(partition, str):
+            return partition
         if not args.get("group"):
             return "COMMIT_OFFSET requires groupID parameter"
         if not args.get("offset"):
@@ -281,13 +277,9 @@ class GroupCommands:
 
     async def _fetch_offset(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
-        if not args.get("topic"):
-            return "FETCH_OFFSET requires topic parameter"
-        if not args.get("partition"):
-            return "FETCH_OFFSET requires partition parameter"
-        partition = go_atoi(args["partition"])
-        if partition is None:
-            return "invalid partition"
+        partition = offset_partition(args, "FETCH_OFFSET")
+        if isinstance(partition, str):
+            return partition
         if not args.get("group"):
             return "FETCH_OFFSET requires group parameter"
         topic, group = args["topic"], args["group"]
@@ -330,3 +322,14 @@ class GroupCommands:
         for p, o in valid:
             await self.core.execute(CommitOffset(group, topic, p, o, generation, member))
         return f"OK batched={len(valid)}"
+
+
+def offset_partition(args: dict[str, str], command: str) -> int | str:
+    """The partition of a COMMIT_OFFSET or FETCH_OFFSET, or the broker's reply when its topic or
+    partition is missing or the partition is not a number (checked in the broker's order)."""
+    if not args.get("topic"):
+        return f"{command} requires topic parameter"
+    if not args.get("partition"):
+        return f"{command} requires partition parameter"
+    partition = go_atoi(args["partition"])
+    return "invalid partition" if partition is None else partition

@@ -8,11 +8,11 @@ rebalance for GROUP_STATUS) is kept per core in :class:`CursusState`.
 from __future__ import annotations
 
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.model import GroupDescription
+from gateway.protocols.base import PerCore
 
 DEFAULT_GROUP = "default-group"  # CONSUME and STREAM without group=; CREATE binds it
 
@@ -37,11 +37,8 @@ class CursusState:
             self.rebalances[desc.group] = (desc.generation, time.time())
 
 
-_STATES: weakref.WeakKeyDictionary[Any, CursusState] = weakref.WeakKeyDictionary()
+_STATES: PerCore[CursusState] = PerCore()
 
 
 def state_for(core: Any) -> CursusState:
-    state = _STATES.get(core)
-    if state is None:
-        state = _STATES[core] = CursusState()
-    return state
+    return _STATES.get(core, CursusState)

@@ -19,7 +19,6 @@ import platform
 import socket
 import struct
 import time
-import weakref
 import zlib
 from typing import Any
 
@@ -56,6 +55,7 @@ from gateway.observability import (
     labelled,
     protocol_error,
 )
+from gateway.protocols.base import PerCore
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.auth import check_credentials
 from gateway.protocols.iggy.messages import poll_reply, send_batch
@@ -123,14 +123,11 @@ class IggyState:
         return info
 
 
-_STATES: weakref.WeakKeyDictionary[Any, IggyState] = weakref.WeakKeyDictionary()
+_STATES: PerCore[IggyState] = PerCore()
 
 
 def state_for(core: Any, listener: Any) -> IggyState:
-    state = _STATES.get(core)
-    if state is None:
-        state = _STATES[core] = IggyState(core, listener)
-    return state
+    return _STATES.get(core, lambda: IggyState(core, listener))
 
 
 # ----------------------------------------------------------------------------- session

@@ -8,10 +8,11 @@ instance does not see another's pause/readonly flags (documented in the README).
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from gateway.protocols.base import PerCore
 
 EndCallback = Callable[[int, str], None]
 """Ends a subscription with (grpc status, message)."""
@@ -93,12 +94,9 @@ class LiftbridgeState:
                     sub.end(status, message)
 
 
-_STATES: weakref.WeakKeyDictionary[Any, LiftbridgeState] = weakref.WeakKeyDictionary()
+_STATES: PerCore[LiftbridgeState] = PerCore()
 
 
 def state_for(core: Any) -> LiftbridgeState:
     """The one LiftbridgeState of a core (created on first use)."""
-    st = _STATES.get(core)
-    if st is None:
-        st = _STATES[core] = LiftbridgeState()
-    return st
+    return _STATES.get(core, LiftbridgeState)
