@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import time
 from bisect import bisect_left
 from typing import Any
 
@@ -82,6 +83,29 @@ ACL_DENIED = Counter(
 LONG_POLL_WAITS = Counter(
     "gateway_long_poll_waits_total", "Reads that waited at the log end", registry=REGISTRY
 )
+LIMIT_HITS = Counter(
+    "gateway_limit_hits_total",
+    "A budget a client can exhaust was hit (the limit's config key, the protocol or 'server')",
+    ["limit", "protocol"],
+    registry=REGISTRY,
+)
+
+_LIMIT_LOGGED: dict[tuple[str, str], float] = {}
+LIMIT_LOG_INTERVAL_S = 60.0
+
+
+def limit_hit(limit: str, protocol: str = "server", log: Any = None, **fields: Any) -> None:
+    """Count a hit of the budget ``limit`` (its config key) and log it: the first hit, then at
+    most once a minute per (limit, protocol), so a client hammering a limit cannot flood the log."""
+    LIMIT_HITS.labels(limit, protocol).inc()
+    now = time.monotonic()
+    last = _LIMIT_LOGGED.get((limit, protocol))
+    if last is not None and now - last < LIMIT_LOG_INTERVAL_S:
+        return
+    _LIMIT_LOGGED[(limit, protocol)] = now
+    (log or structlog.get_logger()).warning(
+        "limit reached", limit=limit, protocol=protocol, **fields
+    )
 
 
 class _CurrentStderr:

@@ -51,6 +51,7 @@ class ListenerConfig:
     idle_timeout_s: float = 600.0
     read_timeout_s: float = 60.0  # a request begun must be complete within this (slowloris)
     max_in_flight: int = 64
+    max_answer_bytes: int = 64 * MiB  # a fetch/consume answer never exceeds this, whatever asked
     proxy_protocol: str = "off"  # "off" | "optional" | "required"
     tls_cert: str = ""  # PEM certificate chain; with tls_key, the listener speaks TLS only
     tls_key: str = ""
@@ -82,7 +83,7 @@ class ListenerConfig:
             path = getattr(self, key)
             if path and not os.path.isfile(path):
                 problems.append(f"{key}: got {path!r}, expected a readable file")
-        for key in ("max_connections", "max_frame_bytes", "max_in_flight"):
+        for key in ("max_connections", "max_frame_bytes", "max_in_flight", "max_answer_bytes"):
             if getattr(self, key) < 1:
                 problems.append(f"{key}: got {getattr(self, key)}, expected >= 1")
         for key in ("idle_timeout_s", "read_timeout_s"):
