@@ -52,6 +52,8 @@ MAX_PEER_ANSWER = 64 << 20
 class _LagCollector:
     """``gateway_consumer_lag{group,topic,partition}``: rebuilt by every :func:`refresh`."""
 
+    LABELS = ("group", "topic", "partition")
+
     def __init__(self) -> None:
         self.rows: list[tuple[str, str, int, int]] = []
 
@@ -66,7 +68,7 @@ class _LagCollector:
         family = GaugeMetricFamily(
             "gateway_consumer_lag",
             "Records between a group's committed offset and the partition's end",
-            labels=["group", "topic", "partition"],
+            labels=list(_LagCollector.LABELS),
         )
         for group, topic, partition, lag in rows:
             family.add_metric([group, topic, str(partition)], lag)
