@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ GAUGE_MAX = frozenset({"gateway_build_info", "gateway_writes_stopped", "gateway_
 ADDITIVE_TYPES = frozenset({"counter", "histogram", "summary"})
 MAX_LAG_SERIES = 10_000  # one scrape computes at most this many lag series (a bounded scrape)
 HEALTH_TIMEOUT_S = 2.0
+LAG_TIMEOUT_S = 5.0
 PEER_TIMEOUT_S = 5.0
 MAX_PEER_ANSWER = 64 << 20
 
@@ -101,21 +103,39 @@ async def refresh(server: Any) -> None:
 
 
 async def _lag_rows(core: Any) -> list[tuple[str, str, int, int]]:
+    """Every committed offset's lag, at most MAX_LAG_SERIES of them, within LAG_TIMEOUT_S (a
+    backend that hangs must not hang the scrape: the rows found by then are shown)."""
     rows: list[tuple[str, str, int, int]] = []
     coord = core.groups
-    try:
-        for group in await coord.known_groups():
-            for topic, partition, found in await coord.committed(group):
-                if len(rows) >= MAX_LAG_SERIES:
-                    return rows
-                try:
-                    info = await core.router.backend_for(topic).partition_info(topic, partition)
-                except GatewayError:
-                    continue  # the topic is gone or its backend is down: no lag to show
-                rows.append((group, topic, partition, max(0, info.high_watermark - found.offset)))
-    except GatewayError as exc:
-        log.warning("lag_unavailable", error=exc.message)
+    with trio.move_on_after(LAG_TIMEOUT_S):
+        try:
+            for group in await coord.known_groups():
+                for topic, partition, found in await coord.committed(group):
+                    if len(rows) >= MAX_LAG_SERIES:
+                        return rows
+                    backend = core.router.backend_for(topic)
+                    try:
+                        info = await backend.partition_info(topic, partition)
+                    except GatewayError:
+                        continue  # the topic is gone or its backend is down: no lag to show
+                    rows.append(
+                        (group, topic, partition, max(0, info.high_watermark - found.offset))
+                    )
+        except GatewayError as exc:
+            _warn_once_a_minute("lag_unavailable", error=exc.message)
     return rows
+
+
+_WARNED: dict[str, float] = {}
+
+
+def _warn_once_a_minute(event: str, **fields: Any) -> None:
+    """A scrape every few seconds must not log the same trouble every few seconds."""
+    now = time.monotonic()
+    last = _WARNED.get(event)
+    if last is None or now - last >= 60.0:
+        _WARNED[event] = now
+        log.warning(event, **fields)
 
 
 async def local_exposition(server: Any) -> bytes:
