@@ -3,13 +3,15 @@
 Prometheus (Debian package ``prometheus``, .ci/deps/prometheus.sh) scrapes the admin port every
 second while clients drive every listener; then every query of every dashboard panel and every
 alert expression is evaluated through Prometheus's HTTP API and must be valid and return data.
-Stopping the NATS server behind one backend makes GatewayBackendUnreachable fire.
+The gateway runs two workers (``serve --workers 2``): Prometheus sees one set of series and no
+counter resets. Stopping the NATS server behind one backend makes GatewayBackendUnreachable fire.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import select
 import shutil
 import socket
 import subprocess
@@ -174,15 +176,17 @@ async def drive_traffic(gw: GatewayProcess, n: int) -> None:
                 pass
         except OSError:
             pass
-    # iggy: pings; a second connection over max_connections = 1 is refused
+    # iggy: pings; connections over max_connections = 1 (per worker) are refused: closed at once
     iggy = await IggyClient.connect(*gw.address("iggy"))
+    extras = [socket.create_connection(gw.address("iggy")) for _ in range(4)]
     try:
         for _ in range(3):
             await iggy.ping()
-        with socket.create_connection(gw.address("iggy")) as extra:
-            extra.settimeout(10)
-            assert extra.recv(1) == b""  # closed at once: refused
+        closed, _, _ = select.select(extras, [], [], 10)
+        assert any(s.recv(1) == b"" for s in closed)
     finally:
+        for s in extras:
+            s.close()
         await iggy.aclose()
     # cursus: a member joins a group (members, a rebalance), a produce
     cursus = await CursusClient.connect(*gw.address("cursus"))
@@ -196,7 +200,7 @@ async def drive_traffic(gw: GatewayProcess, n: int) -> None:
     async with await LiftbridgeClient.connect(*gw.address("liftbridge")) as lb:
         await lb.call("CreateStream", pb.CreateStreamRequest(name=f"lb{n}", subject=f"lb{n}"))
         await lb.call("FetchMetadata", pb.FetchMetadataRequest(streams=[f"lb{n}"]))
-    # the NATS backend gets a topic and records; the memory one an error (unknown topic)
+    # topics and records over the admin API, and an error (unknown topic)
     topic = {"name": f"js.audit{n}", "partitions": 1}
     assert http_json("POST", url + "/v1/topics", topic)[0] == 201
     record = {"records": [{"value": "aGVsbG8=", "partition": 0}]}
@@ -236,8 +240,10 @@ async def test_dashboard_and_alerts_against_a_live_gateway(tmp_path: Path) -> No
                 "cursus": {},
                 "liftbridge": {},
             },
-            backends={"default": {"type": "memory"}, "js": {"type": "nats", "url": nats.url}},
-            routes=[{"topic": "js.*", "backend": "js"}, {"topic": "*", "backend": "default"}],
+            # two workers on one shared backend; "spare" (unused) shows only "js" goes down
+            backends={"js": {"type": "nats", "url": nats.url}, "spare": {"type": "memory"}},
+            routes=[{"topic": "*", "backend": "js"}],
+            extra_args=("--workers", "2"),
         ).start()
         try:
             rules = tmp_path / "alerts.yaml"  # the shipped rules with `for:` short enough
@@ -264,6 +270,10 @@ async def test_dashboard_and_alerts_against_a_live_gateway(tmp_path: Path) -> No
                     if not any(r["value"][1] not in ("NaN", "+Inf", "-Inf") for r in result):
                         empty.append((title, expr, result))
                 assert not empty, f"panels without data: {empty}"
+                # one view of both workers: Prometheus never saw a counter go down
+                assert prom.query("gateway_workers == 2")
+                assert not prom.query("resets(gateway_requests_total[5m]) > 0")
+                assert not prom.query("resets(gateway_connections_total[5m]) > 0")
                 for rule in alert_rules():
                     prom.query(rule["expr"])  # valid (the API answers 400 otherwise)
                     signal = signal_of(rule["expr"])
