@@ -270,6 +270,10 @@ async def test_dashboard_and_alerts_against_a_live_gateway(tmp_path: Path) -> No
                     if not any(r["value"][1] not in ("NaN", "+Inf", "-Inf") for r in result):
                         empty.append((title, expr, result))
                 assert not empty, f"panels without data: {empty}"
+                # one label style for operation names, across every protocol and the core
+                for label in ("api", "command", "operation"):
+                    values = prom.api(f"label/{label}/values")
+                    assert values and all(re.fullmatch(r"[a-z][a-z0-9_]*", v) for v in values)
                 # one view of both workers: Prometheus never saw a counter go down
                 assert prom.query("gateway_workers == 2")
                 assert not prom.query("resets(gateway_requests_total[5m]) > 0")
