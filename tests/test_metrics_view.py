@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import load_config
 from gateway.metrics_view import merge, merge_status, scrape
-from gateway.model import CommitOffset, CreateTopic, DeleteTopic, Produce, Record, RecordBatch
+from gateway.model import (
+    CommitOffset,
+    CreateTopic,
+    DeleteTopic,
+    GatewayError,
+    Produce,
+    Record,
+    RecordBatch,
+)
 from tests.support import make_config, serving, write_toml
 
 WORKER_A = """\
@@ -112,3 +122,28 @@ async def test_lag_series_follow_the_groups_committed_offsets(tmp_path: Path) ->
         assert samples(await scrape(server))[key] == 1
         await core.execute(DeleteTopic("lagged"))  # and with its topic
         assert key not in samples(await scrape(server))
+
+
+async def test_a_failed_fsync_shows_as_writes_stopped(tmp_path: Path) -> None:
+    """The embedded log's disk fails an fsync (injected: an fsync raising EIO): the backend
+    refuses writes, and the scrape says so (writes stopped, backend down, not ready)."""
+    path = tmp_path / "gw.toml"
+    backends = {"default": {"type": "embedded", "fsync": "always"}}
+    path.write_text(write_toml(make_config(tmp_path, {}, backends=backends)))
+    async with serving(load_config(path)) as server:
+        core = server.core
+        await core.execute(CreateTopic("disk", 1))
+        out = samples(await scrape(server))
+        assert out[("gateway_writes_stopped", (("backend", "default"),))] == 0
+        assert out[("gateway_backend_up", (("backend", "default"),))] == 1
+
+        def broken_disk(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        server.backends["default"].syncer._fsync = broken_disk
+        with pytest.raises(GatewayError):
+            await core.execute(Produce("disk", RecordBatch([Record(None, b"x", (), 0)])))
+        out = samples(await scrape(server))
+        assert out[("gateway_writes_stopped", (("backend", "default"),))] == 1
+        assert out[("gateway_backend_up", (("backend", "default"),))] == 0
+        assert out[("gateway_ready", ())] == 0
