@@ -9,11 +9,11 @@ With ``--workers N`` every worker also listens on a unix socket in a private run
 :class:`Peers`). The worker the kernel hands a scrape of the shared admin port asks each sibling
 for its own exposition over that socket and merges them (:func:`merge`): counters and histograms
 add up, so every scrape counts every worker's traffic and never goes down; gauges add up too
-(open connections, group members) except the ones listed in ``GAUGE_MIN`` / ``GAUGE_MAX``. Each
-sibling's answer is also written to the run directory; a sibling that no longer answers (it died)
-still contributes its last counters and histograms from there, never its gauges, so counters do
-not go backwards when a worker is gone. docs/decisions.md says why this and not
-prometheus-client's multiprocess mode.
+(open connections, group members) except the ones listed in ``GAUGE_MIN`` / ``GAUGE_MAX``. Every
+exposition a scrape shows (the answering worker's and each sibling's) is also written to the run
+directory; a sibling that no longer answers (it died) still contributes its last counters and
+histograms from there, never its gauges, so counters do not go backwards when a worker is gone.
+docs/decisions.md says why this and not prometheus-client's multiprocess mode.
 """
 
 from __future__ import annotations
@@ -253,6 +253,7 @@ async def scrape(server: Any) -> bytes:
     peers: Peers | None = getattr(server, "peers", None)
     if peers is None:
         return local
+    _keep_last(peers.last(peers.index), local)  # what a scrape showed of each worker is kept
     parts: list[tuple[str, bool]] = [(local.decode(), True)]
     for i, answer in sorted((await _ask_all(peers, b"metrics")).items()):
         if answer is not None:
