@@ -88,7 +88,9 @@ def writes_stopped(backend: Any) -> bool:
 
 async def refresh(server: Any) -> None:
     """Set the gauges that are read, not counted: readiness, backend health, write stops, lag."""
-    ready, _ = await server.readiness()
+    ready = False
+    with trio.move_on_after(HEALTH_TIMEOUT_S):  # a backend that hangs: not ready
+        ready, _ = await server.readiness()
     READY.set(1 if ready else 0)
     for name, backend in server.backends.items():
         ok = False
