@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import h11
 import structlog
 import trio
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 import gateway
 from gateway.canonical import (
@@ -43,6 +43,7 @@ from gateway.canonical import (
     without_starts,
 )
 from gateway.core.groups import describe_group, group_summaries, reset_offsets
+from gateway.metrics_view import merged_status, scrape
 from gateway.model import (
     CreateTopic,
     ErrorCode,
@@ -57,7 +58,6 @@ from gateway.model import (
     RecordBatch,
     now_us,
 )
-from gateway.observability import REGISTRY
 
 log = structlog.get_logger("gateway.admin")
 
@@ -244,11 +244,12 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
         ready, reason = await server.readiness()
         return js(reason, 200 if ready else 503)
     if method == "GET" and path == "/metrics":
-        return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+        return 200, CONTENT_TYPE_LATEST, await scrape(server)
     if method == "GET" and path == "/v1/status":
-        return js(await status(server))
+        return js(await merged_status(server, await status(server)))
     if method == "GET" and path == "/":
-        return 200, "text/html; charset=utf-8", render_html(await status(server)).encode()
+        page = render_html(await merged_status(server, await status(server)))
+        return 200, "text/html; charset=utf-8", page.encode()
     if path == "/v1/topics":
         if method == "GET":
             return js(

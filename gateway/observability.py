@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import functools
 import logging
+import platform
+import re
 import sys
 import time
 from bisect import bisect_left
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.values import MutexValue
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -89,6 +91,49 @@ LIMIT_HITS = Counter(
     ["limit", "protocol"],
     registry=REGISTRY,
 )
+
+# --- process-wide gauges (docs/metrics.md); the scrape-time ones are set by gateway/metrics_view.py
+ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, process_resident_memory_bytes...
+BUILD_INFO = Gauge(
+    "gateway_build_info",
+    "Always 1; the labels say which gateway and Python run",
+    ["version", "python"],
+    registry=REGISTRY,
+)
+READY = Gauge(
+    "gateway_ready",
+    "1 when /readyz answers ready (listeners bound, backends up)",
+    registry=REGISTRY,
+)
+BACKEND_UP = Gauge(
+    "gateway_backend_up",
+    "1 when the backend answers its health check, 0 when unreachable",
+    ["backend"],
+    registry=REGISTRY,
+)
+WRITES_STOPPED = Gauge(
+    "gateway_writes_stopped",
+    "1 when the backend refuses writes after a failed fsync (embedded log)",
+    ["backend"],
+    registry=REGISTRY,
+)
+
+
+def set_build_info() -> None:
+    from gateway import __version__
+
+    BUILD_INFO.labels(__version__, platform.python_version()).set(1)
+
+
+set_build_info()
+
+
+@functools.lru_cache(maxsize=1024)
+def snake_case(name: str) -> str:
+    """The one style of operation labels (``api``, ``command``, ``operation``): ``ListOffsets``
+    and ``FetchMetadata`` become ``list_offsets`` and ``fetch_metadata``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
 
 _LIMIT_LOGGED: dict[tuple[str, str], float] = {}
 LIMIT_LOG_INTERVAL_S = 60.0

@@ -8,21 +8,28 @@ SIGTERM/SIGINT/SIGHUP to them and exits with the worst exit code once all are go
 nothing but the backend, so only backends that several processes can share are allowed: nats,
 kafka and upstream (the state lives in another server), and memory for tests (each worker then
 has its own, unshared log). The embedded log is refused: one process owns its directory.
+
+Each worker also answers its siblings on a unix socket in a private run directory, so that the
+one answering a scrape of the shared admin port can show every worker's metrics and status
+(gateway/metrics_view.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
+from pathlib import Path
 
 import structlog
 import trio
 
 from gateway.config import GatewayConfig
+from gateway.metrics_view import Peers, serve_peers
 
 SHAREABLE_BACKENDS = frozenset({"nats", "kafka", "upstream", "memory"})
 # listeners that keep state in the process beside the backend (README "Scale-out")
@@ -123,20 +130,29 @@ def _hold_ports(config: GatewayConfig) -> tuple[GatewayConfig, list[socket.socke
     return dataclasses.replace(config, listeners=listeners, admin=admin), held
 
 
-async def _worker(config: GatewayConfig, ready_fd: int) -> int:
+async def _worker(config: GatewayConfig, ready_fd: int, peers: Peers) -> int:
     from gateway.server import Server
 
     server = Server(config, reuse_port=True)
+    server.peers = peers  # type: ignore[attr-defined]  # /metrics and /v1/status merge workers
     async with trio.open_nursery() as nursery:
-        await nursery.start(functools.partial(server.run, announce=False, freeze_heap=True))
+        await nursery.start(serve_peers, server, peers)
+
+        async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await server.run(announce=False, freeze_heap=True, task_status=task_status)
+            finally:  # the server stopped: so does the siblings' socket
+                nursery.cancel_scope.cancel()
+
+        await nursery.start(run)
         os.write(ready_fd, (server.listening_line() + "\n").encode())
         os.close(ready_fd)
     return 0
 
 
-def _run_worker(config: GatewayConfig, ready_fd: int) -> int:
+def _run_worker(config: GatewayConfig, ready_fd: int, peers: Peers) -> int:
     try:
-        return trio.run(_worker, config, ready_fd)
+        return trio.run(_worker, config, ready_fd, peers)
     except KeyboardInterrupt:
         return 0
     except SystemExit as exc:
@@ -159,9 +175,10 @@ def run_workers(config: GatewayConfig, workers: int) -> int:
             "for those listeners, or pin clients with a balancer",
         )
     config, held = _hold_ports(config)
+    run_dir = Path(tempfile.mkdtemp(prefix="gateway-workers-"))
     ready_r, ready_w = os.pipe()
     children: list[int] = []
-    for _ in range(workers):
+    for index in range(workers):
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -171,7 +188,7 @@ def run_workers(config: GatewayConfig, workers: int) -> int:
                 sock.close()
             code = 1
             try:
-                code = _run_worker(config, ready_w)
+                code = _run_worker(config, ready_w, Peers(run_dir, index, workers))
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -209,4 +226,5 @@ def run_workers(config: GatewayConfig, workers: int) -> int:
             worst = max(worst, 128 - code if code < 0 else code)
     for sock in held:
         sock.close()
+    shutil.rmtree(run_dir, ignore_errors=True)
     return worst

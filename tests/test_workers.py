@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.protocols.tank.client import TankClient
 from tests.support import GatewayProcess, make_config, write_toml
@@ -126,3 +131,73 @@ def test_per_process_state_lists_only_enabled_listeners(tmp_path: Path) -> None:
         "iggy",
         "liftbridge",
     ]
+
+
+# ---------------------------------------------------------------------------- one view of N workers
+def scrape_samples(gw: GatewayProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """One fresh connection (the kernel may hand it to either worker): every sample."""
+    with urllib.request.urlopen(gw.admin_url + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def fetch_status(gw: GatewayProcess) -> dict:
+    with urllib.request.urlopen(gw.admin_url + "/v1/status", timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+async def test_one_scrape_counts_every_workers_connections(tmp_path: Path) -> None:
+    with GatewayProcess(
+        tmp_path, listeners={"tank": {}}, backend="memory", extra_args=("--workers", "2")
+    ) as gw:
+        assert gw.proc is not None
+        workers = children(gw.proc.pid)
+        host, port = gw.address("tank")
+        socks = [socket.create_connection((host, port)) for _ in range(CONNECTIONS)]
+        try:
+            counts = [0, 0]
+            with trio.fail_after(30):
+                while sum(counts) < CONNECTIONS:
+                    await trio.sleep(0.05)
+                    counts = [accepted_by(w, port) for w in workers]
+            assert all(c > 0 for c in counts), counts  # both workers hold some
+            previous = 0.0
+            for _ in range(6):  # fresh admin connections: both workers answer some of them
+                samples = scrape_samples(gw)
+                total = value(samples, "gateway_connections_total", protocol="tank")
+                assert total >= CONNECTIONS and total >= previous
+                previous = total
+                assert value(samples, "gateway_connections_open", protocol="tank") == CONNECTIONS
+                assert value(samples, "gateway_workers") == 2
+                assert value(samples, "process_cpu_seconds_total") > 0
+                assert value(samples, "gateway_ready") == 1
+                status = fetch_status(gw)
+                tank = [x for x in status["listeners"] if x["protocol"] == "tank"][0]
+                assert tank["connections"] == CONNECTIONS
+                assert status["ready"] is True
+                assert sorted(w["pid"] for w in status["workers"]) == sorted(workers)
+        finally:
+            for s in socks:
+                s.close()
+        # a worker that dies keeps its counted connections in the sum, not its open ones
+        os.kill(workers[1], signal.SIGKILL)
+        with trio.fail_after(30):
+            while (
+                Path(f"/proc/{workers[1]}/stat").exists()
+                and "Z" not in Path(f"/proc/{workers[1]}/stat").read_text().split()[2]
+            ):
+                await trio.sleep(0.05)
+        after = scrape_samples(gw)
+        assert value(after, "gateway_connections_total", protocol="tank") >= previous
+        assert value(after, "gateway_workers") == 1
+        assert value(after, "gateway_connections_open", protocol="tank") < CONNECTIONS
+        assert fetch_status(gw)["ready"] is False  # one of two workers answers
+        gw.stop()

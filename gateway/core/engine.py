@@ -52,7 +52,7 @@ from gateway.model import (
     TopicDescription,
     TopicInfo,
 )
-from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY, labelled
+from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY, labelled, snake_case
 
 
 class Core:
@@ -114,7 +114,7 @@ class Core:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"unknown command {command!r}")
         topic = getattr(command, "topic", None)
         backend = self.router.backend_for(topic).name if topic else "-"
-        name = type(command).__name__
+        name = snake_case(type(command).__name__)
         started = time.perf_counter()
         try:
             return await handler(command)

@@ -26,6 +26,7 @@ from gateway.observability import (
     REQUESTS,
     labelled,
     protocol_error,
+    snake_case,
 )
 from gateway.protocols.base import ConnectionContext
 from gateway.protocols.liftbridge.codec import (
@@ -465,6 +466,7 @@ class Session:
 
     def _count(self, name: str, status: int, seconds: float) -> None:
         outcome = "ok" if status == Status.OK else Status(status).name.lower()
+        name = snake_case(name)
         labelled(REQUESTS, PROTOCOL, name, outcome).inc()
         if seconds:
             labelled(REQUEST_LATENCY, PROTOCOL, name).observe(seconds)

@@ -328,7 +328,7 @@ def test_bad_input_gets_grpc_statuses_and_is_counted(gateway, channel, api) -> N
             gateway,
             "gateway_requests_total",
             protocol="liftbridge",
-            api="Publish",
+            api="publish",
             outcome="not_found",
         )
         >= 1
