@@ -37,6 +37,9 @@ log = structlog.get_logger("gateway.admin")
 
 PROTOCOL = "admin"
 RECEIVE_SIZE = 65536
+QUIET_CLOSES = frozenset({"closed", "idle_timeout", "peer_reset", "unread_body"})
+LINGER_S = 1.0  # after an answer that ends a connection, read (and drop) what the client still
+LINGER_BYTES = 1 << 20  # sends for this long, so that it sees the answer instead of a reset
 
 
 class Ended(Exception):
@@ -93,7 +96,7 @@ async def _accept_loop(
             continue
         if endpoint.open_connections >= limit:
             CONNECTIONS_REFUSED.labels(protocol=PROTOCOL, reason="max_connections").inc()
-            limit_hit("max_connections", PROTOCOL, log, limit=limit)
+            limit_hit("max_connections", PROTOCOL, log, max_connections=limit)
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             continue
@@ -123,6 +126,7 @@ async def _connection(server: Any, endpoint: AdminEndpoint, stream: trio.SocketS
         await _serve_http(server, endpoint, inner, client_cert, conn_log)
     except Ended as end:
         reason = end.reason
+        await _linger(inner)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         reason = "peer_reset"
     except Exception as raised:  # a bug in one connection never takes the endpoint down
@@ -139,8 +143,25 @@ async def _connection(server: Any, endpoint: AdminEndpoint, stream: trio.SocketS
                 pass
         if inner is not stream:
             await trio.aclose_forcefully(stream)
-        if reason not in ("closed", "idle_timeout", "peer_reset"):
+        if reason not in QUIET_CLOSES:
             conn_log.warning("connection_close", reason=reason)
+
+
+async def _linger(stream: trio.abc.Stream) -> None:
+    """End our side, then drop what the client still sends for a moment: closing a socket with
+    unread bytes would reset the connection and could lose the answer just sent."""
+    with trio.move_on_after(LINGER_S):
+        try:
+            if isinstance(stream, trio.abc.HalfCloseableStream):
+                await stream.send_eof()
+            drained = 0
+            while drained < LINGER_BYTES:
+                data = await stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    return
+                drained += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+            return
 
 
 async def _handshake(tls: trio.SSLStream, timeout_s: float) -> bool:
@@ -193,8 +214,11 @@ async def _next_head(conn: h11.Connection, stream: trio.abc.Stream, cfg: Any) ->
         if event is not h11.NEED_DATA:
             return event
         deadline = idle_deadline if head_deadline is None else head_deadline
+        # h11 checks its limit only on a head still incomplete: never buffer more than one
+        # byte over it, so a head over the limit is refused however fast it arrives
+        room = cfg.max_header_bytes + 1 - len(conn.trailing_data[0])
         with trio.move_on_at(deadline):
-            data = await stream.receive_some(RECEIVE_SIZE)
+            data = await stream.receive_some(min(RECEIVE_SIZE, max(1, room)))
             if data and head_deadline is None:
                 head_deadline = trio.current_time() + cfg.read_timeout_s
             conn.receive_data(data)
@@ -216,7 +240,7 @@ async def _read_body(conn: h11.Connection, stream: trio.abc.Stream, cfg: Any) ->
         if isinstance(event, h11.Data):
             body += event.data
             if len(body) > cfg.max_body_bytes:
-                limit_hit("max_body_bytes", PROTOCOL, log, limit=cfg.max_body_bytes)
+                limit_hit("max_body_bytes", PROTOCOL, log, max_body_bytes=cfg.max_body_bytes)
                 await _send_final(stream, conn, 413, "body too large")
                 raise Ended("max_body_bytes")
             continue
@@ -242,7 +266,7 @@ async def _exchange(
         endpoint.access, method, request_path(target), headers.get(b"authorization"), client_cert
     )
     if done is None and int(headers.get(b"content-length", b"0") or 0) > cfg.max_body_bytes:
-        limit_hit("max_body_bytes", PROTOCOL, log, limit=cfg.max_body_bytes)
+        limit_hit("max_body_bytes", PROTOCOL, log, max_body_bytes=cfg.max_body_bytes)
         done = Answer(413, "application/json", b'{"error": "body too large"}')
     if done is not None:
         # a body the answer does not need is not read: the connection ends after the answer
@@ -250,6 +274,8 @@ async def _exchange(
         if not unread:
             await _read_body(conn, stream, cfg)  # only the end of the message
         await _respond(stream, conn, done, head_only=method == "HEAD", close=unread)
+        if unread:
+            raise Ended("unread_body")
         return
     if conn.they_are_waiting_for_100_continue:
         await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
@@ -309,7 +335,7 @@ async def _bad_request(
     """400 (431 for a head over ``max_header_bytes``) and the end of the connection."""
     status = exc.error_status_hint
     if status == 431:
-        limit_hit("max_header_bytes", PROTOCOL, log, limit=cfg.max_header_bytes)
+        limit_hit("max_header_bytes", PROTOCOL, log, max_header_bytes=cfg.max_header_bytes)
         kind, message = "max_header_bytes", "request line and headers too large"
     else:
         status = 400
