@@ -190,7 +190,7 @@ def test_admin_limits(tmp_path) -> None:
     proc.config["admin"].update(
         max_connections=3, max_header_bytes=2048, max_body_bytes=1024, read_timeout_s=1.0
     )
-    with proc.start() as gw:
+    with proc as gw:
         addr = gw.address("admin")
         # header size: 431 and a close, however fast the head arrives
         out = raw_exchange(addr, b"GET /healthz HTTP/1.1\r\nx: " + b"a" * 4096 + b"\r\n\r\n")
