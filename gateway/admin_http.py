@@ -15,6 +15,7 @@ request, ends more than that client's connection.
 from __future__ import annotations
 
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,7 +145,24 @@ async def _connection(server: Any, endpoint: AdminEndpoint, stream: trio.SocketS
         if inner is not stream:
             await trio.aclose_forcefully(stream)
         if reason not in QUIET_CLOSES:
-            conn_log.warning("connection_close", reason=reason)
+            _log_close(conn_log, reason)
+
+
+_CLOSE_LOGGED: dict[str, float] = {}
+CLOSE_LOG_INTERVAL_S = 60.0
+
+
+def _log_close(conn_log: Any, reason: str) -> None:
+    """One line for a connection a client's bad input ended: the first of its kind, then at
+    most one a minute per kind (every one is counted in the metrics), so a client cannot flood
+    the log."""
+    kind = reason.split(":", 1)[0]
+    now = time.monotonic()
+    last = _CLOSE_LOGGED.get(kind)
+    if last is not None and now - last < CLOSE_LOG_INTERVAL_S:
+        return
+    _CLOSE_LOGGED[kind] = now
+    conn_log.warning("connection_close", reason=reason)
 
 
 async def _linger(stream: trio.abc.Stream) -> None:
@@ -184,23 +202,24 @@ async def _serve_http(
 ) -> None:
     cfg = endpoint.config
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=cfg.max_header_bytes)
-    while True:
-        try:
-            event = await _next_head(conn, stream, cfg)
-        except h11.RemoteProtocolError as exc:
-            await _bad_request(stream, conn, exc, cfg)
-        except Ended as end:
-            if end.reason == "read_timeout":
-                PROTOCOL_ERRORS.labels(protocol=PROTOCOL, kind="read_timeout").inc()
-                await _send_final(stream, conn, 408, "the request did not arrive in time")
-            raise
-        if isinstance(event, h11.ConnectionClosed):
-            return
-        assert isinstance(event, h11.Request), event
-        await _exchange(server, endpoint, stream, conn, event, client_cert)
-        if conn.our_state is h11.MUST_CLOSE or conn.their_state is not h11.DONE:
-            return
-        conn.start_next_cycle()
+    try:
+        while True:
+            try:
+                event = await _next_head(conn, stream, cfg)
+            except Ended as end:
+                if end.reason == "read_timeout":
+                    PROTOCOL_ERRORS.labels(protocol=PROTOCOL, kind="read_timeout").inc()
+                    await _send_final(stream, conn, 408, "the request did not arrive in time")
+                raise
+            if isinstance(event, h11.ConnectionClosed):
+                return
+            assert isinstance(event, h11.Request), event
+            await _exchange(server, endpoint, stream, conn, event, client_cert)
+            if conn.our_state is h11.MUST_CLOSE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+    except h11.RemoteProtocolError as exc:  # in a head or a body
+        await _bad_request(stream, conn, exc, cfg)
 
 
 async def _next_head(conn: h11.Connection, stream: trio.abc.Stream, cfg: Any) -> Any:
