@@ -294,3 +294,22 @@ def test_config_errors_name_the_key(tmp_path) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config({"admin": {"token_file": str(empty)}})
     assert "admin.token_file" in str(err.value) and "non-empty token" in str(err.value)
+
+
+def test_sighup_refuses_an_admin_change(tmp_path, token_file) -> None:
+    """The admin's credential and ACLs are fixed at start: a reload that changes them is
+    refused as a whole (logged), so a running gateway never half-applies them."""
+    from gateway.config import load_config
+    from gateway.server import Server
+
+    path = tmp_path / "gw.toml"
+    path.write_text(write_toml({"admin": {"port": 0}, "backends": {"m": {"type": "memory"}}}))
+    server = Server(load_config(path, environ={}))
+    assert server.reload() is True
+    path.write_text(
+        write_toml(
+            {"admin": {"port": 0, "token_file": token_file}, "backends": {"m": {"type": "memory"}}}
+        )
+    )
+    assert server.reload() is False
+    assert server.config.admin.token_file == ""
