@@ -65,8 +65,9 @@ class AdminEndpoint:
         cfg = server.config.admin
         try:
             auth = AdminAuth.from_config(cfg)
-        except TokenError as exc:
-            raise SystemExit(f"admin.token_file: got {cfg.token_file!r}, expected {exc}") from None
+        except TokenError as exc:  # checked with the config; unreadable since: fail closed
+            log.error("admin_token_unreadable", token_file=cfg.token_file, expected=str(exc))
+            auth = AdminAuth(token=None, client_ca=False, loopback=False)
         acl = TopicAcl(cfg.read_allow, cfg.read_deny, cfg.write_allow, cfg.write_deny)
         core = server.core if acl.is_open else AclCore(server.core, acl, PROTOCOL, False, log)
         return cls(cfg, AdminAccess(auth, core), make_admin_ssl_context(cfg))
@@ -127,7 +128,8 @@ async def _connection(server: Any, endpoint: AdminEndpoint, stream: trio.SocketS
         await _serve_http(server, endpoint, inner, client_cert, conn_log)
     except Ended as end:
         reason = end.reason
-        await _linger(inner)
+        if not reason.startswith(("tls", "handshake")):
+            await _linger(inner)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         reason = "peer_reset"
     except Exception as raised:  # a bug in one connection never takes the endpoint down

@@ -11,9 +11,12 @@ import subprocess
 import time
 
 import pytest
+import trio
 
+from gateway.config import parse_config
+from gateway.observability import PROTOCOL_ERRORS
 from tests.protocols.kafka08.conftest import metric
-from tests.support import GatewayProcess
+from tests.support import GatewayProcess, make_config, serving
 
 GET_ROUTES = [
     "/healthz",
@@ -223,3 +226,46 @@ def test_admin_limits(tmp_path) -> None:
         for key in ("max_header_bytes", "max_body_bytes", "max_connections"):
             assert metric(gw, "gateway_limit_hits_total", limit=key, protocol="admin") >= 1, key
         assert gw.proc.poll() is None
+
+
+async def _get(addr: tuple[str, int], path: str) -> bytes:
+    stream = await trio.open_tcp_stream(*addr)
+    async with stream:
+        await stream.send_all(f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+        got = b""
+        with trio.fail_after(10):
+            while b"\r\n\r\n" not in got:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    break
+                got += chunk
+        return got
+
+
+async def test_a_bug_in_one_admin_connection_ends_only_that_connection(
+    tmp_path, monkeypatch
+) -> None:
+    """Whatever escapes the answering of one request (here an injected bug below the routes'
+    own error handling) closes that connection, is logged and counted; the endpoint, the other
+    connections and the listeners keep serving."""
+    import gateway.admin_http as admin_http
+
+    real_answer = admin_http.answer
+
+    async def buggy(server, access, method, target, body, full):
+        if target == "/boom":
+            raise RuntimeError("injected bug")
+        return await real_answer(server, access, method, target, body, full)
+
+    monkeypatch.setattr(admin_http, "answer", buggy)
+    monkeypatch.setattr(admin_http, "precheck", lambda *a: (None, True))
+    config = parse_config(make_config(tmp_path, {"kafka08": {}}, backend="memory"))
+    async with serving(config) as server:
+        addr = server.addresses()["admin"]
+        errors = PROTOCOL_ERRORS.labels(protocol="admin", kind="error")._value.get()
+        assert await _get(addr, "/boom") == b""  # closed without an answer
+        assert PROTOCOL_ERRORS.labels(protocol="admin", kind="error")._value.get() == errors + 1
+        assert (await _get(addr, "/healthz")).startswith(b"HTTP/1.1 200")
+        kafka = await trio.open_tcp_stream(*server.addresses()["kafka08"])
+        await kafka.aclose()
+        assert not server.draining
