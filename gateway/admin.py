@@ -41,6 +41,7 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import gateway
+from gateway.admin_auth import note_refusal
 from gateway.canonical import (
     CANONICAL,
     CanonicalCodecError,
@@ -161,6 +162,7 @@ def precheck(
         return None, True
     if path in STATUS_PATHS:
         return None, False  # the open part of the status
+    note_refusal(refusal)
     headers: tuple[tuple[str, str], ...] = ()
     if refusal.status == 401:
         headers = (("www-authenticate", 'Bearer realm="gateway-admin"'),)

@@ -152,11 +152,12 @@ class AdminAuth:
         return " or ".join(ways) if ways else "open (loopback bind)"
 
     def check(self, authorization: bytes | None, client_cert: bool) -> Refusal | None:
-        """None when the request may use the data API; otherwise why not. ``authorization``
-        is the request's Authorization header, ``client_cert`` whether the TLS peer presented
-        a certificate the client CA verified."""
+        """None when the request may use the data API; otherwise why not (count and log it
+        with :func:`note_refusal` when the request is refused for it). ``authorization`` is
+        the request's Authorization header, ``client_cert`` whether the TLS peer presented a
+        certificate the client CA verified."""
         if self.off:
-            return self._refuse(403, "api_off", OFF_MESSAGE)
+            return Refusal(403, "api_off", OFF_MESSAGE)
         if not self.needs_credential:
             return None
         if self.client_ca and client_cert:
@@ -165,7 +166,7 @@ class AdminAuth:
             scheme, _, presented = authorization.strip().partition(b" ")
             if scheme.lower() == b"bearer" and hmac.compare_digest(presented.strip(), self.token):
                 return None
-            return self._refuse(401, "bad_token", "the bearer token is wrong")
+            return Refusal(401, "bad_token", "the bearer token is wrong")
         wanted = " or ".join(
             w
             for w, on in (
@@ -174,14 +175,15 @@ class AdminAuth:
             )
             if on
         )
-        return self._refuse(401, "no_credential", f"this route needs {wanted}")
+        return Refusal(401, "no_credential", f"this route needs {wanted}")
 
-    @staticmethod
-    def _refuse(status: int, reason: str, message: str) -> Refusal:
-        ADMIN_AUTH_REFUSED.labels(reason).inc()
-        now = time.monotonic()
-        last = _REFUSAL_LOGGED.get(reason)
-        if last is None or now - last >= REFUSAL_LOG_INTERVAL_S:
-            _REFUSAL_LOGGED[reason] = now
-            log.warning("admin_request_refused", reason=reason, status=status)
-        return Refusal(status, reason, message)
+
+def note_refusal(refusal: Refusal) -> None:
+    """Count a refused request and log it: the first of each reason, then at most once a
+    minute, so a client hammering the port cannot flood the log."""
+    ADMIN_AUTH_REFUSED.labels(refusal.reason).inc()
+    now = time.monotonic()
+    last = _REFUSAL_LOGGED.get(refusal.reason)
+    if last is None or now - last >= REFUSAL_LOG_INTERVAL_S:
+        _REFUSAL_LOGGED[refusal.reason] = now
+        log.warning("admin_request_refused", reason=refusal.reason, status=refusal.status)

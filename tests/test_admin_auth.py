@@ -97,6 +97,7 @@ def test_health_readiness_and_metrics_need_no_token(token_gw, path) -> None:
 def test_status_without_the_token_names_no_client_topic_or_group(token_gw) -> None:
     kafka = socket.create_connection(("127.0.0.1", token_gw.address("kafka08")[1]), timeout=5)
     try:
+        refused = metric(token_gw, "gateway_admin_auth_refused_total")
         status, _, body = call(token_gw, "GET", "/v1/status")
         assert status == 200
         public = json.loads(body)
@@ -108,6 +109,7 @@ def test_status_without_the_token_names_no_client_topic_or_group(token_gw) -> No
         status, _, page = call(token_gw, "GET", "/")
         assert status == 200 and b'<table id="listeners">' in page
         assert b"<td>orders</td>" not in page and b'id="details"' in page
+        assert metric(token_gw, "gateway_admin_auth_refused_total") == refused  # not refused
 
         full = json.loads(call(token_gw, "GET", "/v1/status", headers=AUTH)[2])
         assert "orders" in [t["name"] for t in full["topics"]]
