@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -315,3 +316,21 @@ def test_sighup_refuses_an_admin_change(tmp_path, token_file) -> None:
     )
     assert server.reload() is False
     assert server.config.admin.token_file == ""
+
+
+def test_pipeline_passes_the_config_token_to_its_workers(tmp_path, token_file, monkeypatch) -> None:
+    """``gateway pipeline ... --config``: the token of ``[admin] token_file`` goes into
+    GATEWAY_ADMIN_TOKEN, which the Spark workers it starts inherit and GatewayClient reads."""
+    import argparse
+
+    from gateway.pipeline.cli import _bootstrap
+
+    monkeypatch.setenv("GATEWAY_ADMIN_TOKEN", "")  # recorded, so the test's value is undone
+    monkeypatch.delenv("GATEWAY_ADMIN_TOKEN")
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(write_toml({"admin": {"host": "0.0.0.0", "port": 19644}}))
+    assert _bootstrap(argparse.Namespace(bootstrap=None, config=str(cfg))) == "127.0.0.1:19644"
+    assert "GATEWAY_ADMIN_TOKEN" not in os.environ
+    cfg.write_text(write_toml({"admin": {"port": 19644, "token_file": token_file}}))
+    assert _bootstrap(argparse.Namespace(bootstrap=None, config=str(cfg))) == "127.0.0.1:19644"
+    assert GatewayClient("127.0.0.1:19644").token == TOKEN
