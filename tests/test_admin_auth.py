@@ -290,9 +290,7 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         with pytest.raises(ConfigError) as err:
             parse_config({"admin": {key: value}})
         text = str(err.value)
-        assert (
-            f"admin.{key}" in text and repr(value) in text.replace('"', "'") or str(value) in text
-        )
+        assert f"admin.{key}" in text and str(value) in text, text
         assert expected in text, text
     with pytest.raises(ConfigError) as err:
         parse_config({"admin": {"token_file": str(empty)}})
