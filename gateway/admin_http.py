@@ -1,7 +1,9 @@
 """The admin endpoint's connections: HTTP/1.1 (h11) over trio, with the listeners' kind of
 limits, every connection's failure contained.
 
-- ``[admin] max_connections``: more are closed at once (counted, logged).
+- ``[admin] max_connections``: at the limit a new connection takes the place of the one that
+  has waited longest for its next request (so idle keep-alive connections cannot lock probes
+  out); with none waiting, the new one is closed at once. Both counted and logged.
 - ``max_header_bytes``: a request line plus headers larger than this gets 431 and a close.
 - ``read_timeout_s``: a request's line and headers must arrive within this once its first byte
   has (slow senders get 408 and a close); each piece of a body must come within it too.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import h11
@@ -38,7 +40,7 @@ log = structlog.get_logger("gateway.admin")
 
 PROTOCOL = "admin"
 RECEIVE_SIZE = 65536
-QUIET_CLOSES = frozenset({"closed", "idle_timeout", "peer_reset", "unread_body"})
+QUIET_CLOSES = frozenset({"closed", "idle_timeout", "peer_reset", "unread_body", "evicted"})
 LINGER_S = 1.0  # after an answer that ends a connection, read (and drop) what the client still
 LINGER_BYTES = 1 << 20  # sends for this long, so that it sees the answer instead of a reset
 
@@ -59,6 +61,8 @@ class AdminEndpoint:
     access: AdminAccess
     ssl_context: ssl.SSLContext | None
     open_connections: int = 0
+    idle: dict[Any, trio.CancelScope] = field(default_factory=dict)
+    """The waits for a next request, longest first: at max_connections the first is ended."""
 
     @classmethod
     def build(cls, server: Any) -> AdminEndpoint:
@@ -97,11 +101,15 @@ async def _accept_loop(
             await trio.sleep(0.1)
             continue
         if endpoint.open_connections >= limit:
-            CONNECTIONS_REFUSED.labels(protocol=PROTOCOL, reason="max_connections").inc()
-            limit_hit("max_connections", PROTOCOL, log, max_connections=limit)
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-            continue
+            if endpoint.idle:  # end the longest wait for a next request, serve the new one
+                endpoint.idle.pop(next(iter(endpoint.idle))).cancel()
+                limit_hit("max_connections", PROTOCOL, log, max_connections=limit)
+            else:
+                CONNECTIONS_REFUSED.labels(protocol=PROTOCOL, reason="max_connections").inc()
+                limit_hit("max_connections", PROTOCOL, log, max_connections=limit)
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+                continue
         endpoint.open_connections += 1
         nursery.start_soon(_connection, server, endpoint, stream)
 
@@ -207,7 +215,7 @@ async def _serve_http(
     try:
         while True:
             try:
-                event = await _next_head(conn, stream, cfg)
+                event = await _next_head(conn, stream, cfg, endpoint.idle)
             except Ended as end:
                 if end.reason == "read_timeout":
                     PROTOCOL_ERRORS.labels(protocol=PROTOCOL, kind="read_timeout").inc()
@@ -224,9 +232,12 @@ async def _serve_http(
         await _bad_request(stream, conn, exc, cfg)
 
 
-async def _next_head(conn: h11.Connection, stream: trio.abc.Stream, cfg: Any) -> Any:
+async def _next_head(
+    conn: h11.Connection, stream: trio.abc.Stream, cfg: Any, idle: dict[Any, trio.CancelScope]
+) -> Any:
     """The next request head (or ConnectionClosed): the idle timeout until its first byte, then
-    the read timeout for the whole head."""
+    the read timeout for the whole head. The wait for the first byte is listed in ``idle``,
+    where the accept loop may end it."""
     now = trio.current_time()
     idle_deadline = now + cfg.idle_timeout_s
     head_deadline = now + cfg.read_timeout_s if conn.trailing_data[0] else None
@@ -238,13 +249,21 @@ async def _next_head(conn: h11.Connection, stream: trio.abc.Stream, cfg: Any) ->
         # h11 checks its limit only on a head still incomplete: never buffer more than one
         # byte over it, so a head over the limit is refused however fast it arrives
         room = cfg.max_header_bytes + 1 - len(conn.trailing_data[0])
-        with trio.move_on_at(deadline):
-            data = await stream.receive_some(min(RECEIVE_SIZE, max(1, room)))
-            if data and head_deadline is None:
+        waiting = head_deadline is None
+        with trio.move_on_at(deadline) as scope:
+            if waiting:
+                idle[conn] = scope
+            try:
+                data = await stream.receive_some(min(RECEIVE_SIZE, max(1, room)))
+            finally:
+                listed = idle.pop(conn, None) is not None
+            if data and waiting:
                 head_deadline = trio.current_time() + cfg.read_timeout_s
             conn.receive_data(data)
             continue
-        raise Ended("idle_timeout" if head_deadline is None else "read_timeout")
+        if waiting and not listed:
+            raise Ended("evicted")  # the accept loop took it off the list for a new connection
+        raise Ended("idle_timeout" if waiting else "read_timeout")
 
 
 async def _read_body(conn: h11.Connection, stream: trio.abc.Stream, cfg: Any) -> bytes:

@@ -206,25 +206,60 @@ def test_admin_limits(tmp_path) -> None:
         out = raw_exchange(addr, b"GET /healthz HTTP/1.1\r\nhost:", timeout=10)
         assert out.startswith(b"HTTP/1.1 408"), out
         assert time.monotonic() - started < 8
-        # connections: the fourth is closed at once, the first three still get answers
-        held = [socket.create_connection(addr, timeout=5) for _ in range(3)]
+        for key in ("max_header_bytes", "max_body_bytes"):
+            assert metric(gw, "gateway_limit_hits_total", limit=key, protocol="admin") >= 1, key
+        assert gw.proc.poll() is None
+
+
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+
+
+def test_admin_connection_limit(tmp_path) -> None:
+    """At max_connections a new connection takes the place of the longest idle one (probes are
+    never locked out by idle keep-alive connections); with every connection mid-request it is
+    closed at once."""
+    proc = GatewayProcess(tmp_path, listeners={})
+    proc.config["admin"].update(max_connections=3, read_timeout_s=30.0)
+    with proc as gw:
+        addr = gw.address("admin")
+        idle = [socket.create_connection(addr, timeout=5) for _ in range(3)]
         try:
+            for sock in idle:  # served once, then kept alive and idle
+                sock.sendall(HEALTHZ)
+                assert sock.recv(1000).startswith(b"HTTP/1.1 200")
+            assert request(addr, "GET", "/healthz")[0] == 200  # a fourth: the oldest idle goes
+            assert idle[0].recv(100) == b""
+            for sock in idle[1:]:
+                sock.sendall(HEALTHZ)
+                assert sock.recv(1000).startswith(b"HTTP/1.1 200")
+        finally:
+            for sock in idle:
+                sock.close()
+        time.sleep(0.3)
+        busy = [socket.create_connection(addr, timeout=5) for _ in range(3)]
+        try:
+            for sock in busy:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\n")  # mid-request
             time.sleep(0.3)
             extra = socket.create_connection(addr, timeout=5)
             try:
-                extra.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+                extra.sendall(HEALTHZ)
                 assert extra.recv(100) == b""
             except ConnectionResetError:
                 pass  # closed before or while the request arrived: refused either way
             extra.close()
-            held[0].sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-            assert held[0].recv(1000).startswith(b"HTTP/1.1 200")
+            busy[0].sendall(b"host: x\r\n\r\n")
+            assert busy[0].recv(1000).startswith(b"HTTP/1.1 200")
         finally:
-            for s in held:
-                s.close()
+            for sock in busy:
+                sock.close()
         time.sleep(0.3)
-        for key in ("max_header_bytes", "max_body_bytes", "max_connections"):
-            assert metric(gw, "gateway_limit_hits_total", limit=key, protocol="admin") >= 1, key
+        hits = metric(gw, "gateway_limit_hits_total", limit="max_connections", protocol="admin")
+        assert hits >= 2
+        refused = metric(
+            gw, "gateway_connections_refused_total", protocol="admin", reason="max_connections"
+        )
+        assert refused == 1
         assert gw.proc.poll() is None
 
 
