@@ -177,7 +177,7 @@ async def answer(
     get = "GET" if method == "HEAD" else method
     try:
         if not full and request_path(target) in STATUS_PATHS:
-            data = await public_status(server)
+            data = public_view(await public_status(server))
             if request_path(target) == "/":
                 return Answer(200, "text/html; charset=utf-8", render_html(data).encode())
             return Answer(200, "application/json", json.dumps(data).encode())
@@ -288,7 +288,8 @@ async def status(server: Any) -> dict[str, Any]:
 
 
 async def public_status(server: Any) -> dict[str, Any]:
-    """The status anyone may see: no client addresses, topics, groups or backend details."""
+    """This process's status without client addresses, topics, groups or backend details,
+    cheap to make (no topic or partition lookups); :func:`public_view` is what is shown."""
     backends = []
     for name, backend in server.backends.items():
         try:
@@ -314,8 +315,27 @@ async def public_status(server: Any) -> dict[str, Any]:
             for st in server.listeners.values()
         ],
         "backends": backends,
-        "details": "topics, groups, clients and backend details need data API access",
     }
+
+
+PUBLIC_LISTENER_KEYS = ("protocol", "address", "advertised", "connections", "accepted", "refused")
+PUBLIC_KEYS = ("version", "uptime_s", "ready", "draining", "workers", "workers_expected")
+
+
+def public_view(data: dict[str, Any]) -> dict[str, Any]:
+    """Only what anyone may see of a status view (also of one merged with other workers'
+    views, which carry client addresses and groups): versions, readiness, listener counts,
+    backend health."""
+    out = {k: data[k] for k in PUBLIC_KEYS if k in data}
+    out["listeners"] = [
+        {k: x[k] for k in PUBLIC_LISTENER_KEYS if k in x} for x in data.get("listeners", [])
+    ]
+    out["backends"] = [
+        {"name": b.get("name"), "type": b.get("type"), "healthy": b.get("healthy")}
+        for b in data.get("backends", [])
+    ]
+    out["details"] = "topics, groups, clients and backend details need data API access"
+    return out
 
 
 async def _status_groups(core: Any) -> list[dict[str, Any]]:

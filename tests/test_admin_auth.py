@@ -332,3 +332,27 @@ def test_pipeline_passes_the_config_token_to_its_workers(tmp_path, token_file, m
     cfg.write_text(write_toml({"admin": {"port": 19644, "token_file": token_file}}))
     assert _bootstrap(argparse.Namespace(bootstrap=None, config=str(cfg))) == "127.0.0.1:19644"
     assert GatewayClient("127.0.0.1:19644").token == TOKEN
+
+
+def test_public_view_keeps_nothing_that_names_a_client_topic_or_group() -> None:
+    from gateway.admin import public_view
+
+    full = {
+        "version": "1",
+        "uptime_s": 2.0,
+        "ready": True,
+        "draining": False,
+        "workers": [{"index": 0, "ready": True, "connections": 1}],
+        "listeners": [
+            {"protocol": "kafka08", "address": "a:1", "connections": 1, "clients": ["10.0.0.9:5"]}
+        ],
+        "topics": [{"name": "payroll"}],
+        "groups": [{"name": "billing"}],
+        "backends": [{"name": "d", "type": "nats", "healthy": False, "detail": "nats://x:4222"}],
+    }
+    view = public_view(full)
+    text = json.dumps(view)
+    for secret in ("10.0.0.9", "payroll", "billing", "nats://"):
+        assert secret not in text
+    assert view["listeners"][0]["connections"] == 1 and view["workers"] == full["workers"]
+    assert view["backends"] == [{"name": "d", "type": "nats", "healthy": False}]
