@@ -26,21 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from prometheus_client import Counter
 
-from gateway.observability import REGISTRY
+from gateway.observability import PROTOCOL_ERRORS
 
 log = structlog.get_logger("gateway.admin")
 
 TOKEN_ENV = "GATEWAY_ADMIN_TOKEN"
 MAX_TOKEN_BYTES = 4096
 
-ADMIN_AUTH_REFUSED = Counter(
-    "gateway_admin_auth_refused_total",
-    "Admin data/control API requests refused: no or wrong credential, or the API is off",
-    ["reason"],
-    registry=REGISTRY,
-)
 
 _REFUSAL_LOGGED: dict[str, float] = {}
 REFUSAL_LOG_INTERVAL_S = 60.0
@@ -181,7 +174,7 @@ class AdminAuth:
 def note_refusal(refusal: Refusal) -> None:
     """Count a refused request and log it: the first of each reason, then at most once a
     minute, so a client hammering the port cannot flood the log."""
-    ADMIN_AUTH_REFUSED.labels(refusal.reason).inc()
+    PROTOCOL_ERRORS.labels(protocol="admin", kind=refusal.reason).inc()
     now = time.monotonic()
     last = _REFUSAL_LOGGED.get(refusal.reason)
     if last is None or now - last >= REFUSAL_LOG_INTERVAL_S:
