@@ -16,6 +16,12 @@
   ``GET /v1/topics/{topic}/offsets`` (``?timestamp_us=``: also the offset for that time).
 - Groups: ``GET /v1/groups``, ``GET /v1/groups/{group}`` (members, assignment, committed offsets,
   lag), ``POST /v1/groups/{group}/reset-offsets`` ``{"topic", "to", "partitions", "force"}``.
+
+Every ``GET`` route answers ``HEAD`` too (the same headers, no body); a method a route does not
+take gets 405 with ``Allow``. Health, readiness and metrics are open; everything else is the data
+and control API, which :mod:`gateway.admin_auth` guards (``/v1/status`` and ``/`` answer without
+it too, with what names no client, topic or group). The connections themselves (limits, timeouts,
+TLS) are :mod:`gateway.admin_http`'s.
 """
 
 from __future__ import annotations
@@ -25,15 +31,17 @@ import html
 import json
 import struct
 import time
+import typing
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import h11
 import structlog
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import gateway
+from gateway.admin_auth import note_refusal
 from gateway.canonical import (
     CANONICAL,
     CanonicalCodecError,
@@ -59,9 +67,11 @@ from gateway.model import (
     now_us,
 )
 
+if typing.TYPE_CHECKING:
+    from gateway.admin_auth import AdminAuth
+
 log = structlog.get_logger("gateway.admin")
 
-MAX_BODY = 64 << 20
 HTTP_STATUS = {
     ErrorCode.UNKNOWN_TOPIC: 404,
     ErrorCode.UNKNOWN_PARTITION: 404,
@@ -70,14 +80,117 @@ HTTP_STATUS = {
     ErrorCode.BACKEND_UNAVAILABLE: 503,
     ErrorCode.TIMEOUT: 504,
     ErrorCode.UNSUPPORTED: 501,
+    ErrorCode.UNAUTHORIZED: 403,
 }
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Answer anyone: probes, balancers and Prometheus need them."""
+STATUS_PATHS = frozenset({"/v1/status", "/"})
+"""Answer anyone, in full only with data API access (see :func:`public_status`)."""
+READ_ONLY = ("GET", "HEAD")
+READ_WRITE = ("GET", "HEAD", "POST")
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
+
+
+@dataclass(slots=True)
+class Answer:
+    status: int
+    ctype: str
+    body: bytes
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AdminAccess:
+    """What the admin endpoint serves with: who may use the data API, and the core as its
+    topic ACL lets the data API see it."""
+
+    auth: AdminAuth
+    core: Any
+
+
+def request_path(target: str) -> str:
+    return urlsplit(target).path.rstrip("/") or "/"
+
+
+def allowed_methods(path: str) -> tuple[str, ...] | None:
+    """The methods ``path`` takes, or None when no route has that path."""
+    if path in OPEN_PATHS or path in STATUS_PATHS or path == "/v1/groups":
+        return READ_ONLY
+    if path == "/v1/topics":
+        return READ_WRITE
+    parts = path.split("/")
+    if len(parts) in (4, 5) and parts[:3] == ["", "v1", "groups"] and parts[3]:
+        if len(parts) == 4:
+            return READ_ONLY
+        return ("POST",) if parts[4] == "reset-offsets" else None
+    if len(parts) == 5 and parts[:3] == ["", "v1", "topics"] and parts[3]:
+        return {"records": READ_WRITE, "offsets": READ_ONLY}.get(parts[4])
+    return None
+
+
+def error_answer(exc: HttpError) -> Answer:
+    body = json.dumps({"error": exc.message}).encode()
+    return Answer(exc.status, "application/json", body, list(exc.headers))
+
+
+def precheck(
+    access: AdminAccess, method: str, path: str, authorization: bytes | None, client_cert: bool
+) -> tuple[Answer | None, bool]:
+    """Before a request's body is read: (an answer that ends it, or None to go on; whether it
+    has full data API access). 404 and 405 first, then the credential."""
+    allowed = allowed_methods(path)
+    if allowed is None:
+        return error_answer(HttpError(404, f"no route for {method} {path}")), False
+    if method not in allowed:
+        allow = ", ".join(allowed)
+        refused = HttpError(405, f"{method} {path}: use {allow}", (("allow", allow),))
+        return error_answer(refused), False
+    if path in OPEN_PATHS:
+        return None, False
+    refusal = access.auth.check(authorization, client_cert)
+    if refusal is None:
+        return None, True
+    if path in STATUS_PATHS:
+        return None, False  # the open part of the status
+    note_refusal(refusal)
+    headers: tuple[tuple[str, str], ...] = ()
+    if refusal.status == 401:
+        headers = (("www-authenticate", 'Bearer realm="gateway-admin"'),)
+    return error_answer(HttpError(refusal.status, refusal.message, headers)), False
+
+
+async def answer(
+    server: Any, access: AdminAccess, method: str, target: str, body: bytes, full: bool
+) -> Answer:
+    """The answer to one request that passed :func:`precheck` (``HEAD`` is answered as ``GET``;
+    the caller drops the body)."""
+    get = "GET" if method == "HEAD" else method
+    try:
+        if not full and request_path(target) in STATUS_PATHS:
+            data = public_view(await merged_status(server, await public_status(server)))
+            if request_path(target) == "/":
+                return Answer(200, "text/html; charset=utf-8", render_html(data).encode())
+            return Answer(200, "application/json", json.dumps(data).encode())
+        code, ctype, payload = await route(server, get, target, body, access.core)
+        return Answer(code, ctype, payload)
+    except HttpError as exc:
+        return error_answer(exc)
+    except GatewayError as exc:
+        payload = json.dumps({"error": exc.message, "code": exc.code.value}).encode()
+        return Answer(HTTP_STATUS.get(exc.code, 400), "application/json", payload)
+    except Exception as exc:
+        log.exception("admin_request_failed", method=method, target=target)
+        return Answer(500, "application/json", json.dumps({"error": repr(exc)}).encode())
 
 
 def b64(data: bytes | None) -> str | None:
@@ -112,6 +225,8 @@ def record_from_json(obj: Any) -> Record:
     ):
         raise HttpError(400, "headers must be a list of [name, base64 value] pairs")
     ts = obj.get("timestamp_us")
+    if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool)):
+        raise HttpError(400, "'timestamp_us' must be an integer")
     if ts is None or ts < 0:
         ts = now_us()
     return Record(
@@ -172,6 +287,57 @@ async def status(server: Any) -> dict[str, Any]:
     }
 
 
+async def public_status(server: Any) -> dict[str, Any]:
+    """This process's status without client addresses, topics, groups or backend details,
+    cheap to make (no topic or partition lookups); :func:`public_view` is what is shown."""
+    backends = []
+    for name, backend in server.backends.items():
+        try:
+            ok, _ = await backend.health()
+        except Exception:
+            ok = False
+        backends.append({"name": name, "type": backend.describe().get("type", "?"), "healthy": ok})
+    ready, _ = await server.readiness()
+    return {
+        "version": gateway.__version__,
+        "uptime_s": round(time.time() - server.started_at, 3),
+        "ready": ready,
+        "draining": server.draining,
+        "listeners": [
+            {
+                "protocol": st.name,
+                "address": f"{st.host}:{st.port}",
+                "advertised": f"{st.advertised_host}:{st.advertised_port}",
+                "connections": len(st.connections),
+                "accepted": st.accepted,
+                "refused": st.refused,
+            }
+            for st in server.listeners.values()
+        ],
+        "backends": backends,
+    }
+
+
+PUBLIC_LISTENER_KEYS = ("protocol", "address", "advertised", "connections", "accepted", "refused")
+PUBLIC_KEYS = ("version", "uptime_s", "ready", "draining", "workers", "workers_expected")
+
+
+def public_view(data: dict[str, Any]) -> dict[str, Any]:
+    """Only what anyone may see of a status view (also of one merged with other workers'
+    views, which carry client addresses and groups): versions, readiness, listener counts,
+    backend health."""
+    out = {k: data[k] for k in PUBLIC_KEYS if k in data}
+    out["listeners"] = [
+        {k: x[k] for k in PUBLIC_LISTENER_KEYS if k in x} for x in data.get("listeners", [])
+    ]
+    out["backends"] = [
+        {"name": b.get("name"), "type": b.get("type"), "healthy": b.get("healthy")}
+        for b in data.get("backends", [])
+    ]
+    out["details"] = "topics, groups, clients and backend details need data API access"
+    return out
+
+
 async def _status_groups(core: Any) -> list[dict[str, Any]]:
     """Groups known to this gateway (live members here, stored snapshots, committed offsets)."""
     try:
@@ -190,11 +356,11 @@ def render_html(data: dict[str, Any]) -> str:
     rows_t = "".join(
         f"<tr><td>{e(t['name'])}</td><td>{e(t['backend'])}</td><td>{len(t['partitions'])}</td>"
         f"<td>{sum(p.get('high_watermark', 0) for p in t['partitions'])}</td></tr>"
-        for t in data["topics"]
+        for t in data.get("topics", [])
     )
     rows_b = "".join(
         f"<tr><td>{e(b['name'])}</td><td>{e(b['type'])}</td>"
-        f"<td>{'healthy' if b['healthy'] else 'DOWN: ' + e(b['detail'])}</td></tr>"
+        f"<td>{'healthy' if b['healthy'] else 'DOWN: ' + e(b.get('detail', ''))}</td></tr>"
         for b in data["backends"]
     )
     rows_g = "".join(
@@ -202,6 +368,7 @@ def render_html(data: dict[str, Any]) -> str:
         f"<td>{g.get('generation', '?')}</td><td>{g.get('members', '?')}</td></tr>"
         for g in data.get("groups", [])
     )
+    note = f'<p id="details">{e(data["details"])}</p>' if "details" in data else ""
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="5"><title>gateway status</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin-bottom:1.5em}}
@@ -215,7 +382,7 @@ td,th{{border:1px solid #ccc;padding:.3em .8em;text-align:left}}</style></head><
 <h2>Backends</h2><table id="backends"><tr><th>name</th><th>type</th><th>health</th></tr>{rows_b}
 </table>
 <h2>Groups</h2><table id="groups"><tr><th>group</th><th>state</th><th>generation</th>
-<th>members</th></tr>{rows_g}</table></body></html>"""
+<th>members</th></tr>{rows_g}</table>{note}</body></html>"""
 
 
 def _int_param(query: dict[str, list[str]], name: str, default: int) -> int:
@@ -228,12 +395,15 @@ def _int_param(query: dict[str, list[str]], name: str, default: int) -> int:
         raise HttpError(400, f"query parameter {name}={raw!r} is not an integer") from None
 
 
-async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
-    """(status, content type, body) for one request."""
+async def route(
+    server: Any, method: str, target: str, body: bytes, core: Any = None
+) -> tuple[int, str, bytes]:
+    """(status, content type, body) for one request; the data routes use ``core`` (the core
+    as the admin's topic ACL lets it be seen), by default the server's."""
     url = urlsplit(target)
     path = url.path.rstrip("/") or "/"
     query = parse_qs(url.query)
-    core = server.core
+    core = server.core if core is None else core
 
     def js(obj: Any, code: int = 200) -> tuple[int, str, bytes]:
         return code, "application/json", json.dumps(obj).encode()
@@ -272,9 +442,9 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
         return js(await group_summaries(core))
     parts = path.split("/")
     if len(parts) == 4 and parts[:3] == ["", "v1", "groups"] and method == "GET":
-        return js(await describe_group(core, unquote(parts[3])))
+        return js(await describe_group(core, group_name(parts[3])))
     if parts[:3] == ["", "v1", "groups"] and parts[4:] == ["reset-offsets"] and method == "POST":
-        return js(await _reset_offsets(core, unquote(parts[3]), _json_body(body)))
+        return js(await _reset_offsets(core, group_name(parts[3]), _json_body(body)))
     if len(parts) == 5 and parts[:3] == ["", "v1", "topics"]:
         topic, what = unquote(parts[3]), parts[4]
         if what == "records" and method == "POST" and query.get("format") == ["binary"]:
@@ -322,12 +492,33 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
     raise HttpError(404 if method in ("GET", "POST") else 405, f"no route for {method} {path}")
 
 
+def group_name(raw: str) -> str:
+    """A group name from a path segment: percent-decoded, non-empty, no control characters."""
+    name = unquote(raw, errors="strict") if _valid_utf8_escapes(raw) else None
+    if not name or not name.isprintable():
+        raise HttpError(
+            400, f"group name {raw!r} is not valid: expected printable UTF-8, not empty"
+        )
+    return name
+
+
+def _valid_utf8_escapes(raw: str) -> bool:
+    try:
+        unquote(raw, errors="strict")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 async def _reset_offsets(core: Any, group: str, req: dict[str, Any]) -> list[dict[str, Any]]:
     """POST /v1/groups/{group}/reset-offsets ``{"topic", "to", "partitions"?, "force"?}``."""
     topic, to = req.get("topic"), req.get("to")
     if not isinstance(topic, str):
         raise HttpError(400, "body needs a string 'topic'")
-    if not isinstance(to, (str, int)) or isinstance(to, bool):
+    valid_text = isinstance(to, str) and (
+        to in ("earliest", "latest") or (to.startswith("timestamp:") and to[10:].isdigit())
+    )
+    if not (valid_text or (isinstance(to, int) and not isinstance(to, bool))):
         raise HttpError(400, "'to' is earliest, latest, an offset or timestamp:<us>")
     partitions = req.get("partitions")
     if partitions is not None and not (
@@ -444,80 +635,8 @@ async def _produce(core: Any, topic: str, req: dict[str, Any]) -> dict[str, Any]
     return {"topic": topic, "appends": appends}
 
 
-async def _serve_one(server: Any, stream: trio.SocketStream) -> None:
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            with trio.move_on_after(60) as scope:
-                data = await stream.receive_some(65536)
-            if scope.cancelled_caught:
-                return
-            conn.receive_data(data)
-            continue
-        if isinstance(event, (h11.ConnectionClosed,)) or event is h11.PAUSED:
-            return
-        if not isinstance(event, h11.Request):
-            return
-        method, target = event.method.decode(), event.target.decode()
-        body = bytearray()
-        while True:
-            ev = conn.next_event()
-            if ev is h11.NEED_DATA:
-                data = await stream.receive_some(65536)
-                conn.receive_data(data)
-                continue
-            if isinstance(ev, h11.Data):
-                body += ev.data
-                if len(body) > MAX_BODY:
-                    await _respond(
-                        stream, conn, 413, "application/json", b'{"error": "body too large"}'
-                    )
-                    return
-                continue
-            break
-        server.admin_inflight += 1
-        try:  # counted until the whole answer is written: a drain waits for it
-            code, ctype, payload = await _answer(server, method, target, bytes(body))
-            await _respond(stream, conn, code, ctype, payload)
-        finally:
-            server.admin_inflight -= 1
-        if conn.our_state is h11.MUST_CLOSE:
-            return
-        try:
-            conn.start_next_cycle()
-        except h11.LocalProtocolError:
-            return
-
-
-async def _answer(server: Any, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
-    try:
-        return await route(server, method, target, body)
-    except HttpError as exc:
-        return exc.status, "application/json", json.dumps({"error": exc.message}).encode()
-    except GatewayError as exc:
-        payload = json.dumps({"error": exc.message, "code": exc.code.value}).encode()
-        return HTTP_STATUS.get(exc.code, 400), "application/json", payload
-    except Exception as exc:
-        log.exception("admin_request_failed", method=method, target=target)
-        return 500, "application/json", json.dumps({"error": repr(exc)}).encode()
-
-
-async def _respond(
-    stream: trio.SocketStream, conn: h11.Connection, code: int, ctype: str, payload: bytes
-) -> None:
-    headers = [("content-type", ctype), ("content-length", str(len(payload)))]
-    head = conn.send(h11.Response(status_code=code, headers=headers))
-    await stream.send_all(head + conn.send(h11.Data(data=payload)) + conn.send(h11.EndOfMessage()))
-
-
-async def _serve_connection(server: Any, stream: trio.SocketStream) -> None:
-    try:
-        async with stream:
-            await _serve_one(server, stream)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
-        pass
-
-
 async def serve_admin(server: Any, listeners: list[trio.SocketListener]) -> None:
-    await trio.serve_listeners(lambda s: _serve_connection(server, s), listeners)
+    """Serve the admin endpoint on ``listeners`` until cancelled (see gateway/admin_http.py)."""
+    from gateway.admin_http import serve_admin_http
+
+    await serve_admin_http(server, listeners)

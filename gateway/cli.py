@@ -42,14 +42,19 @@ DEFAULT_CONFIG = "config/gateway.toml"
 class AdminClient:
     """Talks to a running gateway's admin endpoint."""
 
-    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float = 30.0, token: str | None = None
+    ) -> None:
         self.host, self.port, self.timeout = host, port, timeout
+        self.token = token  # the data API's bearer token (gateway/admin_auth.py client_token)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
             payload = None if body is None else json.dumps(body).encode()
             headers = {"content-type": "application/json"} if payload is not None else {}
+            if self.token:
+                headers["authorization"] = f"Bearer {self.token}"
             conn.request(method, path, body=payload, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
@@ -80,7 +85,9 @@ def _admin_for(config: GatewayConfig) -> AdminClient | None:
     if not config.admin.enabled or config.admin.port == 0:
         return None
     host = config.admin.host if config.admin.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-    client = AdminClient(host, config.admin.port)
+    from gateway.admin_auth import client_token
+
+    client = AdminClient(host, config.admin.port, token=client_token(config))
     return client if client.alive() else None
 
 

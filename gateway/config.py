@@ -5,7 +5,7 @@ and all problems are reported at once (``gateway check-config``).
 Shape (names are a contract)::
 
     [server]                 data_dir, log_format, log_level, auto_create_topics, default_partitions
-    [admin]                  enabled, host, port
+    [admin]                  enabled, host, port, token_file, tls_*, ACLs, limits
     [listeners.<protocol>]   keys of the protocol's ListenerConfig subclass
     [backends.NAME]          type = "embedded" | "memory" | ..., plus the type's keys
     [[routes]]               topic = "glob", backend = "NAME"   (first match wins)
@@ -78,9 +78,58 @@ class ServerConfig:
 
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
+    """The admin endpoint. Health, readiness and metrics are always open; the data and control
+    API (records, topics, groups, status details) needs ``token_file`` (a bearer token) or
+    ``tls_client_ca`` (a client certificate), and without either is open only when ``host`` is
+    a loopback address (see gateway/admin_auth.py)."""
+
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 9644
+    token_file: str = ""  # a file holding the bearer token the data API asks for
+    tls_cert: str = ""  # PEM certificate chain; with tls_key, the admin port speaks TLS only
+    tls_key: str = ""
+    tls_client_ca: str = ""  # PEM CA bundle: a client certificate it signed opens the data API
+    read_allow: tuple[str, ...] = ("*",)  # topic globs the data API may read (deny wins)
+    read_deny: tuple[str, ...] = ()
+    write_allow: tuple[str, ...] = ("*",)  # topic globs the data API may write or create
+    write_deny: tuple[str, ...] = ()
+    max_connections: int = 256
+    max_header_bytes: int = 64 * 1024  # request line plus headers
+    max_body_bytes: int = 64 * 1024 * 1024
+    read_timeout_s: float = 30.0  # a request's line and headers must arrive within this
+    idle_timeout_s: float = 60.0  # a kept-alive connection with no new request is closed
+
+    def validate(self) -> list[str]:
+        problems = []
+        if bool(self.tls_cert) != bool(self.tls_key):
+            problems.append(
+                f"admin.tls_cert/tls_key: got cert={self.tls_cert!r} key={self.tls_key!r}, "
+                "expected both or neither"
+            )
+        if self.tls_client_ca and not self.tls_cert:
+            problems.append(
+                f"admin.tls_client_ca: got {self.tls_client_ca!r} without tls_cert, "
+                "expected TLS on (tls_cert and tls_key)"
+            )
+        for key in ("tls_cert", "tls_key", "tls_client_ca"):
+            path = getattr(self, key)
+            if path and not os.path.isfile(path):
+                problems.append(f"admin.{key}: got {path!r}, expected a readable file")
+        if self.token_file:
+            from gateway.admin_auth import TokenError, read_token
+
+            try:
+                read_token(self.token_file)
+            except TokenError as exc:
+                problems.append(f"admin.token_file: got {self.token_file!r}, expected {exc}")
+        for key in ("max_connections", "max_header_bytes", "max_body_bytes"):
+            if getattr(self, key) < 1:
+                problems.append(f"admin.{key}: got {getattr(self, key)}, expected >= 1")
+        for key in ("read_timeout_s", "idle_timeout_s"):
+            if getattr(self, key) <= 0:
+                problems.append(f"admin.{key}: got {getattr(self, key)}, expected > 0 seconds")
+        return problems
 
 
 @dataclass(frozen=True, slots=True)

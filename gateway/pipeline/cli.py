@@ -34,6 +34,11 @@ def _bootstrap(args: argparse.Namespace) -> str:
     if not config.admin.enabled or config.admin.port == 0:
         raise PipelineCliError("no admin endpoint in the config: pass --bootstrap host:port")
     host = config.admin.host if config.admin.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    from gateway.admin_auth import TOKEN_ENV, client_token
+
+    token = client_token(config)
+    if token:  # the Spark workers this process starts inherit it (GatewayClient reads it)
+        os.environ[TOKEN_ENV] = token
     return f"{host}:{config.admin.port}"
 
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
+from gateway.admin_auth import client_token
 from gateway.canonical import CANONICAL, FIELD, RECORD, CanonicalCodecError, records_at
 from gateway.model import Record, now_us
 
@@ -87,12 +88,21 @@ def _unb64(text: str | None) -> bytes | None:
 class GatewayClient:
     """One keep-alive HTTP connection to the admin endpoint at ``bootstrap`` (host:port)."""
 
-    def __init__(self, bootstrap: str, timeout: float = 60.0, wire_format: str = "binary") -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        timeout: float = 60.0,
+        wire_format: str = "binary",
+        token: str | None = None,
+    ) -> None:
+        """``token``: the admin data API's bearer token; by default ``GATEWAY_ADMIN_TOKEN``
+        (which ``gateway pipeline`` sets from the config's ``[admin] token_file``)."""
         if wire_format not in ("binary", "json"):
             raise ValueError(f"wire_format must be 'binary' or 'json', not {wire_format!r}")
         self.host, self.port = parse_bootstrap(bootstrap)
         self.timeout = timeout
         self.wire_format = wire_format
+        self.token = token if token is not None else client_token()
         self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
@@ -112,6 +122,8 @@ class GatewayClient:
         self, method: str, path: str, body: bytes | None = None, ctype: str = "application/json"
     ) -> tuple[int, str, bytes]:
         headers = {"content-type": ctype} if body is not None else {}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
         for attempt in (0, 1):
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)

@@ -35,8 +35,18 @@ def test_dockerfile_passes_hadolint() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def k8s_files() -> list[Path]:
+    """The manifests kubectl applies as they are (CRD examples are ``*.example.yaml``)."""
+    k8s = REPO_ROOT / "deploy" / "k8s"
+    return sorted(p for p in k8s.glob("*.yaml") if not p.name.endswith(".example.yaml"))
+
+
+def k8s_docs(files: list[Path] | None = None) -> list[dict]:
+    return [doc for f in (files or k8s_files()) for doc in yaml.safe_load_all(f.read_text()) if doc]
+
+
 def test_kubernetes_manifests_validate() -> None:
-    files = sorted(str(p) for p in (REPO_ROOT / "deploy" / "k8s").glob("*.yaml"))
+    files = [str(p) for p in k8s_files()]
     assert len(files) >= 2
     proc = subprocess.run(
         [str(VENV_BIN / "kubernetes-validate"), "--strict", *files],
@@ -45,13 +55,77 @@ def test_kubernetes_manifests_validate() -> None:
         text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    kinds = {doc["kind"] for f in files for doc in yaml.safe_load_all(Path(f).read_text()) if doc}
+    kinds = {doc["kind"] for doc in k8s_docs()}
     assert {"Pod", "Deployment", "Service", "ConfigMap"} <= kinds
+
+
+def test_load_balancers_publish_no_admin_port() -> None:
+    """Only the protocol ports face the outside; the admin port (its data API, /metrics) is
+    reached inside the cluster through a ClusterIP Service, scraped through a PodMonitor."""
+    docs = k8s_docs()
+    admin_ports = set()
+    for doc in docs:
+        if doc["kind"] == "ConfigMap":
+            for text in doc["data"].values():
+                admin_ports.add(tomllib.loads(text).get("admin", {}).get("port", 9644))
+    assert admin_ports == {9644}
+    services = [d for d in docs if d["kind"] == "Service"]
+    public = [s for s in services if s["spec"].get("type") in ("LoadBalancer", "NodePort")]
+    assert public, "the Deployment is published through a LoadBalancer"
+    for svc in public:
+        for port in svc["spec"]["ports"]:
+            assert port["port"] not in admin_ports, svc["metadata"]["name"]
+            assert port.get("targetPort") not in ("admin", *admin_ports), port
+            assert port.get("name") != "admin", port
+    internal = [
+        s
+        for s in services
+        if s["spec"].get("type", "ClusterIP") == "ClusterIP"
+        and any(p.get("targetPort") == "admin" for p in s["spec"]["ports"])
+    ]
+    assert len(internal) == 1
+    monitor = yaml.safe_load((REPO_ROOT / "deploy/k8s/podmonitor.example.yaml").read_text())
+    assert monitor["kind"] == "PodMonitor"
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["podMetricsEndpoints"] == [
+        {"port": "admin", "path": "/metrics", "interval": "15s"}
+    ]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert internal[0]["spec"]["selector"].items() <= labels.items()
+    compose = yaml.safe_load((REPO_ROOT / "deploy" / "compose.yaml").read_text())
+    assert "127.0.0.1:9644:9644" in compose["services"]["gateway"]["ports"]
+
+
+def test_admin_token_file_is_the_mounted_secret() -> None:
+    """The Deployment's config names a token file inside the Secret volume it mounts, and the
+    configs without one bind the admin to 0.0.0.0, where the data API is then off."""
+    for doc in k8s_docs():
+        if doc["kind"] not in ("Deployment", "Pod"):
+            continue
+        pod = doc["spec"]["template"]["spec"] if doc["kind"] == "Deployment" else doc["spec"]
+        config_map = next(v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v)
+        text = next(
+            d["data"]["gateway.toml"]
+            for d in k8s_docs()
+            if d["kind"] == "ConfigMap" and d["metadata"]["name"] == config_map
+        )
+        admin = tomllib.loads(text)["admin"]
+        token_file = admin.get("token_file")
+        if token_file is None:
+            assert admin["host"] == "0.0.0.0" and "tls_client_ca" not in admin
+            continue
+        secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        (container,) = [c for c in pod["containers"] if c["name"] == "gateway"]
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        directory = str(Path(token_file).parent)
+        assert mounts.get(directory) in secrets, (token_file, mounts)
 
 
 def embedded_configs() -> list[tuple[str, str]]:
     out = []
-    for f in sorted((REPO_ROOT / "deploy" / "k8s").glob("*.yaml")):
+    for f in k8s_files():
         for doc in yaml.safe_load_all(f.read_text()):
             if doc and doc["kind"] == "ConfigMap":
                 out.extend(
@@ -66,14 +140,20 @@ def embedded_configs() -> list[tuple[str, str]]:
 def test_every_shipped_config_passes_check_config(tmp_path) -> None:
     configs = embedded_configs()
     assert len(configs) == 3
+    token = tmp_path / "token"
+    token.write_text("a-token-as-the-secret-holds\n")
     for name, text in configs:
         path = tmp_path / name.replace(":", "_")
         path.write_text(text)
+        env = dict(os.environ)
+        if "token_file" in tomllib.loads(text).get("admin", {}):
+            env["GATEWAY_ADMIN__TOKEN_FILE"] = str(token)  # where the Secret is mounted
         proc = subprocess.run(
             [sys.executable, "-m", "gateway", "check-config", str(path)],
             capture_output=True,
             text=True,
             cwd=REPO_ROOT,
+            env=env,
         )
         assert proc.returncode == 0, f"{name}: {proc.stderr}"
 

@@ -1,6 +1,7 @@
-"""Live fuzzing per listener: thousands of mutated frames over many connections while a
-well-behaved client keeps getting answers; afterwards the gateway is alive and every listener
-still serves. ``GATEWAY_LIVE_FUZZ_FRAMES`` (default 2000 per protocol) sets the volume."""
+"""Live fuzzing per listener, and of the admin port: thousands of mutated frames (requests) over
+many connections while a well-behaved client keeps getting answers; afterwards the gateway is
+alive and every listener still serves. The admin port also gets huge headers, slow senders and
+pipelining. ``GATEWAY_LIVE_FUZZ_FRAMES`` (default 2000 per protocol) sets the volume."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import trio
 
 from tests.protocols.kafka08.conftest import metric
+from tests.reliability.hostile import Bystander, Footprint
 from tests.reliability.test_codec_fuzz import CASES
 from tests.support import GatewayProcess
 
@@ -135,3 +137,113 @@ async def healthy_client_once(addr, protocol: str) -> None:
             while not answers:
                 await trio.sleep(0.01)
         done.set()
+
+
+# ----------------------------------------------------------------------------- the admin port
+
+
+def _http(method: str, path: str, body: bytes = b"", *headers: str) -> bytes:
+    head = [f"{method} {path} HTTP/1.1", "host: gateway", *headers]
+    if body:
+        head.append(f"content-length: {len(body)}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+ADMIN_SEEDS = [
+    _http("GET", "/healthz"),
+    _http("HEAD", "/metrics"),
+    _http("GET", "/v1/status"),
+    _http("POST", "/v1/topics", b'{"name": "fuzz", "partitions": 2}'),
+    _http("POST", "/v1/topics/fuzz/records", b'{"records": [{"key": "aw==", "value": "dg=="}]}'),
+    _http("GET", "/v1/topics/fuzz/records?partition=0&offset=0&max=5"),
+    _http("GET", "/v1/topics/fuzz/records?partition=1&format=binary&starts=1"),
+    _http("GET", "/v1/groups/g%01x"),
+    _http("POST", "/v1/groups/g/reset-offsets", b'{"topic": "fuzz", "to": "timestamp:1"}'),
+    _http("DELETE", "/v1/topics"),
+    _http("GET", "/v1/status", b"hello", "expect: 100-continue"),
+    _http("POST", "/v1/topics/fuzz/records", b"", "transfer-encoding: chunked")
+    + b'5\r\n{"rec\r\n0\r\n\r\n',
+    _http("GET", "/healthz") + _http("HEAD", "/readyz") + _http("GET", "/v1/topics"),
+]
+
+
+async def huge_headers(addr, answers: list[bytes]) -> None:
+    for _ in range(5):
+        stream = await trio.open_tcp_stream(*addr)
+        try:
+            await stream.send_all(b"GET /healthz HTTP/1.1\r\nx-big: " + b"a" * (1 << 20))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # refused before it was all sent
+        answers.append(await _read_until_closed(stream))
+
+
+async def slow_sender(addr, answers: list[bytes]) -> None:
+    """A byte every 0.2 s, a request that never ends: the read timeout closes it with a 408."""
+    stream = await trio.open_tcp_stream(*addr)
+    request = b"GET /healthz HTTP/1.1\r\nhost: gateway\r\nx-slow: " + b"z" * 1000
+    got = b""
+    with trio.move_on_after(15):
+        try:
+            for byte in request:
+                await stream.send_all(bytes([byte]))
+                with trio.move_on_after(0.2):
+                    got += await stream.receive_some(65536)
+                if got:
+                    break
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+    answers.append(got + await _read_until_closed(stream))
+
+
+async def pipelined(addr, answers: list[bytes]) -> None:
+    stream = await trio.open_tcp_stream(*addr)
+    batch = _http("GET", "/healthz") * 49 + _http("GET", "/healthz", b"", "connection: close")
+    await stream.send_all(batch)
+    answers.append(await _read_until_closed(stream))
+
+
+async def _read_until_closed(stream: trio.abc.Stream) -> bytes:
+    got = b""
+    with trio.move_on_after(15):
+        try:
+            while chunk := await stream.receive_some(65536):
+                got += chunk
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+    await stream.aclose()
+    return got
+
+
+def test_admin_port_survives_hostile_http(tmp_path) -> None:
+    proc = GatewayProcess(tmp_path, listeners={"kafka08": {}})
+    proc.config["admin"].update(read_timeout_s=1.0, max_header_bytes=16384)
+    with proc as gw:
+        addr = gw.address("admin")
+        errors_before = metric(gw, "gateway_protocol_errors_total", protocol="admin")
+        baseline = Footprint.of(gw)
+        big: list[bytes] = []
+        slow: list[bytes] = []
+        piped: list[bytes] = []
+
+        async def main() -> None:
+            budget = [FRAMES]
+            async with trio.open_nursery() as nursery:
+                for i in range(CONNECTIONS):
+                    rng = random.Random(1000 + i)
+                    nursery.start_soon(fuzz_connection, addr, rng, ADMIN_SEEDS, budget)
+                nursery.start_soon(huge_headers, addr, big)
+                for _ in range(10):
+                    nursery.start_soon(slow_sender, addr, slow)
+                nursery.start_soon(pipelined, addr, piped)
+
+        with Bystander(gw) as bystander:
+            trio.run(main)
+        bystander.check()
+        Footprint.of(gw).check_within(baseline)
+        assert all(a.startswith(b"HTTP/1.1 431") for a in big), [a[:40] for a in big]
+        assert len(slow) == 10 and all(a.startswith(b"HTTP/1.1 408") for a in slow), slow
+        assert piped[0].count(b"HTTP/1.1 200") == 50, piped[0][-200:]
+        assert metric(gw, "gateway_protocol_errors_total", protocol="admin") > errors_before
+        assert metric(gw, "gateway_limit_hits_total", limit="max_header_bytes") >= 5
+        assert gw.proc.poll() is None
+        trio.run(healthy_client_once, gw.address("kafka08"), "kafka08")
