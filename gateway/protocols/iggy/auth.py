@@ -17,6 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trio
+from prometheus_client import Gauge
+
+from gateway.observability import REGISTRY
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P, SCRYPT_LEN = 16384, 8, 1, 32
 
@@ -98,6 +101,12 @@ def check_credentials(
 
 # ----------------------------------------------------------------------------- throttling
 
+LOGIN_PEERS = Gauge(
+    "gateway_iggy_login_peers",
+    "Client addresses whose failed Iggy logins are remembered (max_login_peers)",
+    registry=REGISTRY,
+)
+
 FREE_FAILURES = 3
 """Failed logins from one address before it is made to wait (a mistyped password or two)."""
 BACKOFF_DOUBLINGS = 6
@@ -137,6 +146,7 @@ class LoginGuard:
         failures, until = entry
         if now >= until + self.backoff_s * 2**BACKOFF_DOUBLINGS:  # quiet long enough: forgiven
             del self._failures[host]
+            LOGIN_PEERS.set(len(self._failures))
             return 0.0
         return max(0.0, until - now)
 
@@ -147,9 +157,11 @@ class LoginGuard:
         self._failures[host] = (failures, until)
         while len(self._failures) > self.max_peers:
             self._failures.popitem(last=False)
+        LOGIN_PEERS.set(len(self._failures))
 
     def succeeded(self, host: str) -> None:
-        self._failures.pop(host, None)
+        if self._failures.pop(host, None) is not None:
+            LOGIN_PEERS.set(len(self._failures))
 
     def __len__(self) -> int:
         return len(self._failures)

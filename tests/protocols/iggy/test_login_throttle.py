@@ -17,6 +17,7 @@ from gateway.protocols.iggy import session as iggy_session
 from gateway.protocols.iggy.auth import (
     BACKOFF_DOUBLINGS,
     FREE_FAILURES,
+    LOGIN_PEERS,
     LoginGuard,
     hash_password,
     peer_host,
@@ -62,6 +63,8 @@ def test_a_quiet_address_is_forgiven_and_the_table_is_bounded() -> None:
     for i in range(10):
         guard.failed(f"10.0.0.{i}", 0.0)
     assert len(guard) == 3
+    assert LOGIN_PEERS._value.get() == 3
+    assert guard.refused_for("10.0.0.0", 0.0) == 0.0  # the oldest went first
 
 
 def test_config_keys_are_validated(tmp_path: Path) -> None:
