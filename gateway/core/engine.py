@@ -165,7 +165,7 @@ class Core:
         return [seen[name] for name in sorted(seen)]
 
     async def topic(self, name: str, create: bool = False) -> TopicInfo:
-        check_topic(name)
+        check_topic(name, ErrorCode.INVALID_TOPIC if create else ErrorCode.UNKNOWN_TOPIC)
         backend = self.router.backend_for(name)
         try:
             return await backend.topic(name)

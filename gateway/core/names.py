@@ -1,8 +1,13 @@
 """The names a client may give a topic or a group, checked on every command that names one,
 whatever the protocol: not empty and no control characters (C0, DEL, C1). A name that fails is
-the command's ``GatewayError`` (``INVALID_TOPIC`` for a topic, ``INVALID_REQUEST`` for a
-group), which each protocol answers with its own invalid-request error and the admin API with
-400; such a name never reaches a backend, a log line unescaped, or a group table.
+the command's ``GatewayError``, which each protocol answers with its own error and the admin
+API with 400 (404 for a topic lookup); such a name never reaches a backend or a group table:
+
+- a group name, or a topic a group member subscribes to: ``INVALID_REQUEST``;
+- a topic to create (CreateTopic, a Produce or lookup that may auto-create it):
+  ``INVALID_TOPIC``, as the backends answer a name they refuse;
+- a topic looked up (fetch, offsets, describe, delete...): ``UNKNOWN_TOPIC``, since no topic
+  can have that name, which every protocol already answers as it does a missing topic.
 
 Backends apply their own, stricter rules to the topics they create; this check is the floor
 that also covers lookups, offsets and groups.
@@ -13,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway.model import ErrorCode, GatewayError
+from gateway.model import CreateTopic, ErrorCode, GatewayError, Produce
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -32,10 +37,11 @@ def name_problem(name: object) -> str | None:
     return None
 
 
-def check_topic(name: object) -> None:
+def check_topic(name: object, code: ErrorCode = ErrorCode.INVALID_TOPIC) -> None:
+    """Raise ``code`` for a name no topic can have (see the module docstring for which)."""
     problem = name_problem(name)
     if problem is not None:
-        raise GatewayError(ErrorCode.INVALID_TOPIC, f"invalid topic name {name!r}: {problem}")
+        raise GatewayError(code, f"invalid topic name {name!r}: {problem}")
 
 
 def check_group(name: object) -> None:
@@ -46,11 +52,12 @@ def check_group(name: object) -> None:
 
 def check_command(command: Any) -> None:
     """Every topic and group ``command`` names (its ``topic``, ``topics`` and ``group``)."""
-    topic = getattr(command, "topic", None)
-    if topic is not None:
-        check_topic(topic)
-    for t in getattr(command, "topics", None) or ():
-        check_topic(t)
     group = getattr(command, "group", None)
     if group is not None:
         check_group(group)
+    for t in getattr(command, "topics", None) or ():
+        check_topic(t, ErrorCode.INVALID_REQUEST)
+    topic = getattr(command, "topic", None)
+    if topic is not None:
+        creates = isinstance(command, (CreateTopic, Produce)) or getattr(command, "create", False)
+        check_topic(topic, ErrorCode.INVALID_TOPIC if creates else ErrorCode.UNKNOWN_TOPIC)

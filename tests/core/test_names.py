@@ -19,6 +19,7 @@ from gateway.model import (
     CommitOffset,
     CreateTopic,
     DescribeGroup,
+    DescribeTopic,
     ErrorCode,
     Fetch,
     FetchOffset,
@@ -60,13 +61,16 @@ BAD = "g\x01"
     "command, code",
     [
         (JoinGroup(BAD, ("t",), "m", 30_000), ErrorCode.INVALID_REQUEST),
-        (JoinGroup("g", ("t", BAD), "m", 30_000), ErrorCode.INVALID_TOPIC),
+        (JoinGroup("g", ("t", BAD), "m", 30_000), ErrorCode.INVALID_REQUEST),
         (DescribeGroup(BAD), ErrorCode.INVALID_REQUEST),
         (DescribeGroup(""), ErrorCode.INVALID_REQUEST),
         (CommitOffset(BAD, "t", 0, 1), ErrorCode.INVALID_REQUEST),
         (FetchOffset(BAD, "t", 0), ErrorCode.INVALID_REQUEST),
-        (FetchOffset("g", BAD, 0), ErrorCode.INVALID_TOPIC),
-        (Fetch(BAD, 0, 0), ErrorCode.INVALID_TOPIC),
+        (FetchOffset("g", BAD, 0), ErrorCode.UNKNOWN_TOPIC),
+        (CommitOffset("g", BAD, 0, 1), ErrorCode.UNKNOWN_TOPIC),
+        (Fetch(BAD, 0, 0), ErrorCode.UNKNOWN_TOPIC),
+        (DescribeTopic(BAD), ErrorCode.UNKNOWN_TOPIC),
+        (DescribeTopic(BAD, create=True), ErrorCode.INVALID_TOPIC),
         (CreateTopic("", 1), ErrorCode.INVALID_TOPIC),
         (Produce(BAD, RecordBatch.of([Record(b"k", b"v")])), ErrorCode.INVALID_TOPIC),
     ],
@@ -81,6 +85,9 @@ async def test_every_command_naming_a_bad_name_is_refused(command: object, code:
     with pytest.raises(GatewayError) as err:
         await core.topic(BAD, create=True)
     assert err.value.code is ErrorCode.INVALID_TOPIC
+    with pytest.raises(GatewayError) as err:
+        await core.topic(BAD)
+    assert err.value.code is ErrorCode.UNKNOWN_TOPIC
 
 
 async def test_admin_answers_a_group_with_a_control_character_400(tmp_path: Path) -> None:

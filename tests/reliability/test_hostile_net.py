@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import ssl
+import struct
 import time
 import urllib.request
 from pathlib import Path
@@ -287,3 +288,92 @@ def test_sighup_with_a_mismatched_certificate_keeps_serving(tmp_path: Path) -> N
         assert "KEY_VALUES_MISMATCH" in refusals[0] and "listeners.kafka08" in refusals[0]
         assert "Traceback" not in gw.log_text()
         Footprint.of(gw).check_within(baseline)
+
+
+# --------------------------------------------------------------------------- names
+
+
+def _kafka_offset_fetch(group: str, topic: str) -> bytes:
+    def string(s: str) -> bytes:
+        return struct.pack(">h", len(s.encode())) + s.encode()
+
+    body = (
+        struct.pack(">hhi", 9, 0, 7)  # OffsetFetch v0, correlation id 7
+        + string("hostile")
+        + string(group)
+        + struct.pack(">i", 1)
+        + string(topic)
+        + struct.pack(">ii", 1, 0)
+    )
+    return struct.pack(">i", len(body)) + body
+
+
+def _kafka_offset_fetch_error(sock: socket.socket, group: str) -> int:
+    sock.sendall(_kafka_offset_fetch(group, "t"))
+    size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
+    return struct.unpack(">h", _recv_exactly(sock, size)[-2:])[0]
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the gateway closed the connection"
+        data += chunk
+    return data
+
+
+def test_names_with_control_characters_get_each_protocols_error(tmp_path: Path) -> None:
+    """A group or topic name with a control character gets the protocol's error for an invalid
+    request on every listener, the connection stays usable, nothing is logged as a failure."""
+    from gateway.protocols.cursus.client import CursusClient
+    from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
+    from gateway.protocols.liftbridge.client import LiftbridgeClient, RpcFailed
+    from gateway.protocols.tank.client import TankClient
+    from gateway.protocols.tank.codec import CT_INVALID
+
+    listeners: dict[str, dict[str, object]] = {
+        p: {} for p in ("kafka08", "iggy", "tank", "liftbridge", "cursus")
+    }
+    with GatewayProcess(tmp_path, listeners=listeners) as gw:
+        request = urllib.request.Request(
+            gw.admin_url + "/v1/topics",
+            data=b'{"name": "t", "partitions": 1}',
+            headers={"content-type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).read()
+        with Bystander(gw) as bystander:
+            with socket.create_connection(gw.address("kafka08"), timeout=10) as sock:
+                assert _kafka_offset_fetch_error(sock, "g\x01") == -1  # 0.8's "unknown"
+                assert _kafka_offset_fetch_error(sock, "g") != -1  # same connection, fine
+
+            async def main() -> None:
+                with trio.fail_after(30):
+                    async with await CursusClient.connect(*gw.address("cursus")) as cur:
+                        reply = await cur.text("FETCH_OFFSET topic=t partition=0 group=g\x01")
+                        assert reply.startswith("ERROR: invalid_request: invalid group name")
+                        assert await cur.text("FETCH_OFFSET topic=t partition=0 group=g")
+                    async with await LiftbridgeClient.connect(*gw.address("liftbridge")) as lb:
+                        bad = pb.FetchCursorRequest(stream="t", partition=0, cursorId="c\x01")
+                        try:
+                            await lb.call("FetchCursor", bad)
+                            raise AssertionError("a cursor id with a control character passed")
+                        except RpcFailed as exc:
+                            assert exc.status == 3  # INVALID_ARGUMENT
+                        good = pb.FetchCursorRequest(stream="t", partition=0, cursorId="c")
+                        assert (await lb.call("FetchCursor", good)).offset == -1
+                    async with await TankClient.connect(*gw.address("tank")) as tank:
+                        assert await tank.create_topic("t\x01", 1) == CT_INVALID
+                        assert await tank.discover_partitions("t\x01") == []  # none can exist
+                        assert len(await tank.discover_partitions("t")) == 1
+                    async with await IggyClient.connect(*gw.address("iggy")) as iggy:
+                        await iggy.call(c.CreateStream(7, "s7"))
+                        bad_topic = c.CreateTopic(c.Identifier(7), 2, 1, 0, "t\x01")
+                        status = (await iggy.request(bad_topic)).status
+                        assert status == c.Status.INVALID_TOPIC_NAME
+                        await iggy.ping()
+
+            trio.run(main)
+        bystander.check()
+        assert "connection_failed" not in gw.log_text()
+        assert "Traceback" not in gw.log_text()
