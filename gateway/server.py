@@ -444,6 +444,8 @@ class Server:
                 CONNECTIONS_HANDSHAKING.labels(protocol=name).dec()
         except (RefusedConnection, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             reason = exc.reason if isinstance(exc, RefusedConnection) else "reset"
+            if reason == "handshake_timeout":
+                limit_hit("read_timeout_s", name, log, phase="handshake", peer=peer)
             state.refused += 1
             CONNECTIONS_REFUSED.labels(protocol=name, reason=reason).inc()
             log.warning(
@@ -493,6 +495,8 @@ class Server:
             elif isinstance(exc, ConnectionTimeout):
                 reason = f"{exc.kind}_timeout"
                 PROTOCOL_ERRORS.labels(protocol=name, kind=reason).inc()
+                if exc.kind == "read":  # a request not whole in time: slow or hostile
+                    limit_hit("read_timeout_s", name, conn_log, read_timeout_s=exc.seconds)
             else:
                 reason = "error"
                 conn_log.exception("connection_failed", error=repr(exc))

@@ -201,9 +201,9 @@ def test_trickled_requests_are_cut_at_the_read_timeout(tmp_path: Path) -> None:
         bystander.check()
         for s in socks:
             s.close()
-        assert (
-            metric(gw, "gateway_protocol_errors_total", protocol="iggy", kind="read_timeout") == 20
-        )
+        timeouts = metric(gw, "gateway_protocol_errors_total", protocol="iggy", kind="read_timeout")
+        assert timeouts == 20
+        assert metric(gw, "gateway_limit_hits_total", limit="read_timeout_s", protocol="iggy") == 20
         Footprint.of(gw).check_within(baseline)
 
 
