@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.protocols.base import ListenerConfig
+from gateway.tls import check_tls
 
 ENV_PREFIX = "GATEWAY_"
 LOG_FORMATS = ("auto", "json", "console")
@@ -394,6 +395,8 @@ def parse_config(data: Mapping[str, Any], source: str = "<dict>") -> GatewayConf
         routes.append(route)
     if backends and not any(r.topic == "*" for r in routes):
         routes.append(RouteConfig("*", next(iter(backends))))
+
+    problems.extend(check_tls(listeners))  # certificate and key load and belong together
 
     if problems:
         raise ConfigError(problems)

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 import trio
+from prometheus_client import Gauge
 
 from gateway import proxy_protocol
 from gateway.backends import get_backend_spec
@@ -32,12 +33,23 @@ from gateway.observability import (
     CONNECTIONS_REFUSED,
     CONNECTIONS_TOTAL,
     PROTOCOL_ERRORS,
+    REGISTRY,
+    limit_hit,
 )
 from gateway.protocols import get_protocol
 from gateway.protocols.base import ConnectionContext, ListenerConfig
 from gateway.streams import ConnectionTimeout, GuardedStream, PrefixedStream, sweep_interval
+from gateway.tls import build_contexts
 
 log = structlog.get_logger("gateway.server")
+
+CONNECTIONS_HANDSHAKING = Gauge(
+    "gateway_connections_handshaking",
+    "Accepted connections still in their PROXY header or TLS handshake (they count toward "
+    "max_connections)",
+    ["protocol"],
+    registry=REGISTRY,
+)
 
 
 def format_address(host: str, port: int) -> str:
@@ -57,6 +69,7 @@ class ListenerState:
     refused: int = 0
     ssl_context: ssl.SSLContext | None = None
     streams: set[GuardedStream] = field(default_factory=set)
+    handshaking: int = 0  # accepted, still in the PROXY header / TLS handshake
     core: Any = None  # the core as this listener's ACL lets it see it
 
 
@@ -66,20 +79,6 @@ def sole_exception(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
-
-
-def make_ssl_context(cfg: ListenerConfig) -> ssl.SSLContext | None:
-    """The listener's server-side TLS context, or None for plain TCP."""
-    if not cfg.tls_cert:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cfg.tls_cert, cfg.tls_key)
-    if cfg.alpn_protocols:
-        context.set_alpn_protocols(list(cfg.alpn_protocols))
-    if cfg.tls_client_ca:
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cfg.tls_client_ca)
-    return context
 
 
 class RefusedConnection(Exception):
@@ -112,12 +111,15 @@ class Server:
     def __init__(self, config: GatewayConfig, reuse_port: bool = False) -> None:
         self.config = config
         self.reuse_port = reuse_port  # SO_REUSEPORT sockets: one of `serve --workers N`
+        enabled = {name: lc for name, lc in config.listeners.items() if lc.enabled}
+        contexts, problems = build_contexts(enabled)
+        if problems:  # a certificate changed between the config check and now
+            raise SystemExit("; ".join(problems))
         self.backends = build_backends(config)
         self.core = build_core(config, self.backends)
         self.listeners: dict[str, ListenerState] = {
-            name: ListenerState(name, lc, ssl_context=make_ssl_context(lc))
-            for name, lc in config.listeners.items()
-            if lc.enabled
+            name: ListenerState(name, lc, ssl_context=contexts[name])
+            for name, lc in enabled.items()
         }
         self.admin_inflight = 0
         for name, state in self.listeners.items():
@@ -328,6 +330,10 @@ class Server:
                 problems.append(f"listeners.{name} address changed: restart to apply")
         if set(n for n, c in new.listeners.items() if c.enabled) - set(self.listeners):
             problems.append("new listeners: restart to apply")
+        contexts: dict[str, ssl.SSLContext | None] = {}
+        if not problems:  # every TLS pair loads before any is applied
+            contexts, tls_problems = build_contexts({n: new.listeners[n] for n in self.listeners})
+            problems.extend(tls_problems)
         if problems:
             log.error("config_reload_refused", problems=problems)
             return False
@@ -344,7 +350,7 @@ class Server:
                 if before != after:
                     changes.append(f"listeners.{name}.{f.name}: {before!r} -> {after!r}")
             state.config = new_cfg
-            state.ssl_context = make_ssl_context(new_cfg)
+            state.ssl_context = contexts[name]
             self._apply_acl(name, state)
         self.config = dataclasses.replace(new, listeners=new.listeners)
         log.info("config_reloaded", changes=changes or ["nothing changed"])
@@ -361,17 +367,22 @@ class Server:
                 log.error("accept_failed", protocol=name, error=str(exc))
                 await trio.sleep(0.1)
                 continue
-            if len(state.connections) >= state.config.max_connections:
+            # connections still in their PROXY header or TLS handshake count too: a client
+            # that never finishes one must not hold file descriptors past the bound
+            if len(state.connections) + state.handshaking >= state.config.max_connections:
                 state.refused += 1
                 CONNECTIONS_REFUSED.labels(protocol=name, reason="max_connections").inc()
-                log.warning(
-                    "connection_refused",
-                    protocol=name,
-                    reason="max_connections",
-                    limit=state.config.max_connections,
+                limit_hit(
+                    "max_connections",
+                    name,
+                    log,
+                    max_connections=state.config.max_connections,
+                    handshaking=state.handshaking,
                 )
                 await stream.aclose()
                 continue
+            state.handshaking += 1
+            CONNECTIONS_HANDSHAKING.labels(protocol=name).inc()
             connections.start_soon(self._handle, name, stream)
 
     async def _read_proxy_header(
@@ -428,9 +439,15 @@ class Server:
         except OSError:
             peer = "?"
         try:
-            inner, source = await self._prepare(name, stream, cfg, ssl_ctx)
+            try:
+                inner, source = await self._prepare(name, stream, cfg, ssl_ctx)
+            finally:  # counted since the accept loop took it (see _accept_loop)
+                state.handshaking -= 1
+                CONNECTIONS_HANDSHAKING.labels(protocol=name).dec()
         except (RefusedConnection, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             reason = exc.reason if isinstance(exc, RefusedConnection) else "reset"
+            if reason == "handshake_timeout":
+                limit_hit("read_timeout_s", name, log, phase="handshake", peer=peer)
             state.refused += 1
             CONNECTIONS_REFUSED.labels(protocol=name, reason=reason).inc()
             log.warning(
@@ -480,6 +497,8 @@ class Server:
             elif isinstance(exc, ConnectionTimeout):
                 reason = f"{exc.kind}_timeout"
                 PROTOCOL_ERRORS.labels(protocol=name, kind=reason).inc()
+                if exc.kind == "read":  # a request not whole in time: slow or hostile
+                    limit_hit("read_timeout_s", name, conn_log, read_timeout_s=exc.seconds)
             else:
                 reason = "error"
                 conn_log.exception("connection_failed", error=repr(exc))

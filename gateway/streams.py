@@ -3,8 +3,13 @@
 :class:`GuardedStream` enforces the listener's timeouts without the handler knowing:
 
 - **idle timeout**: no byte in either direction for ``idle_timeout_s`` closes the connection;
-- **read timeout** (slowloris): once some bytes of a request arrived and the handler asks for more
-  before it has answered, the rest must arrive within ``read_timeout_s``.
+- **read timeout** (slowloris): a request must be whole within ``read_timeout_s`` of its first
+  byte, however its bytes trickle in. A request begins with the first byte received while the
+  handler holds no partial request (after an answer, or after it said so with
+  :meth:`GuardedStream.between_requests`), and ends when the handler answers or says it holds
+  whole requests only; a handler that takes whole requests out of a buffer and keeps part of
+  the next one without answering (Kafka ``acks=0``) says so with
+  :meth:`GuardedStream.request_done`.
 
 It also replays bytes read ahead of the handler (after a PROXY protocol header).
 
@@ -178,6 +183,8 @@ class GuardedStream(trio.abc.Stream):
         self.idle_timeout_s = idle_timeout_s
         self.read_timeout_s = read_timeout_s
         self._last_activity = trio.current_time()
+        self._last_received = self._last_activity
+        self._request_started = self._last_activity  # first byte of the request being read
         self._mid_request = False
         self._draining = False
         self._idle_wait: trio.CancelScope | None = None
@@ -187,6 +194,7 @@ class GuardedStream(trio.abc.Stream):
         self._swept = swept and self._fast is not None
         self._swept_wait: tuple[str, float] | None = None  # the unscoped wait now under way
         self._swept_woken = False  # the sweeper woke that wait
+        self._woken_at = 0.0  # the sweeper's clock when it woke it
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._fast is not None and not self._prefix:
@@ -200,8 +208,7 @@ class GuardedStream(trio.abc.Stream):
             wait = self._wait_limit()
             if wait is None:
                 return b""  # between requests while draining: end of stream for the handler
-            started = self._last_activity
-            with trio.move_on_at(started + wait[1]) as scope:
+            with trio.move_on_at(self._deadline(wait)) as scope:
                 if not self._mid_request:
                     self._idle_wait = scope
                 try:
@@ -211,7 +218,7 @@ class GuardedStream(trio.abc.Stream):
             if not scope.cancelled_caught:
                 self._note_received(data)
                 return bytes(data)
-            if self._timed_out(started, wait):
+            if self._timed_out(wait):
                 return b""
 
     async def _receive_fast(self, fast: FastSocketStream, max_bytes: int | None) -> bytes:
@@ -231,20 +238,20 @@ class GuardedStream(trio.abc.Stream):
             wait = self._wait_limit()
             if wait is None:
                 return b""
-            started = self._last_activity
             waited = True
             if self._swept:
-                if await self._swept_wait_readable(fast, wait) and self._timed_out(started, wait):
+                woken = await self._swept_wait_readable(fast, wait)
+                if woken and self._timed_out(wait, self._woken_at):
                     return b""
                 continue
-            with trio.move_on_at(started + wait[1]) as scope:
+            with trio.move_on_at(self._deadline(wait)) as scope:
                 if not self._mid_request:
                     self._idle_wait = scope
                 try:
                     await fast.wait_readable()
                 finally:
                     self._idle_wait = None
-            if scope.cancelled_caught and self._timed_out(started, wait):
+            if scope.cancelled_caught and self._timed_out(wait):
                 return b""
 
     async def _swept_wait_readable(self, fast: FastSocketStream, wait: tuple[str, float]) -> bool:
@@ -269,7 +276,8 @@ class GuardedStream(trio.abc.Stream):
         another task's ``wait_readable`` without a cancel scope); a timed-out connection is
         closed after it anyway."""
         wait = self._swept_wait
-        if wait is not None and now >= self._last_activity + wait[1]:
+        if wait is not None and now >= self._deadline(wait):
+            self._woken_at = now
             self._wake_swept_wait()
 
     def _wake_swept_wait(self) -> None:
@@ -287,13 +295,21 @@ class GuardedStream(trio.abc.Stream):
             return None
         return "idle", self.idle_timeout_s
 
-    def _timed_out(self, started: float, wait: tuple[str, float]) -> bool:
+    def _deadline(self, wait: tuple[str, float]) -> float:
+        """When a wait of this kind runs out: an idle wait ``idle_timeout_s`` after the last
+        byte either way, a read wait ``read_timeout_s`` after the request's first byte."""
+        if wait[0] == "read":
+            return self._request_started + wait[1]
+        return self._last_activity + wait[1]
+
+    def _timed_out(self, wait: tuple[str, float], now: float | None = None) -> bool:
         """After a wait that ran out: True when the stream ends now (a drain began while idle);
-        raises ConnectionTimeout when nothing moved meanwhile (a send would count); False: wait
-        again."""
+        raises ConnectionTimeout when its deadline still stands (a send meanwhile would move an
+        idle deadline, an answer ends the request); False: wait again."""
         if self._draining and not self._mid_request:
             return True
-        if self._last_activity == started:
+        now = trio.current_time() if now is None else max(now, trio.current_time())
+        if self._wait_limit() == wait and now >= self._deadline(wait):
             raise ConnectionTimeout(*wait)
         return False
 
@@ -302,6 +318,13 @@ class GuardedStream(trio.abc.Stream):
         perhaps still being answered, like a parked long poll): its next wait for bytes is an
         idle wait, not a read timeout."""
         self._mid_request = False
+
+    def request_done(self) -> None:
+        """The handler took whole requests out of what it received and keeps part of the next
+        one, with nothing to answer (Kafka ``acks=0``): that next request began no earlier than
+        the last receive, so its read timeout counts from there."""
+        if self._mid_request:
+            self._request_started = self._last_received
 
     def drain(self) -> None:
         """The gateway is stopping: a handler waiting for its next request sees end of stream
@@ -313,9 +336,14 @@ class GuardedStream(trio.abc.Stream):
             self._wake_swept_wait()
 
     def _note_received(self, data: bytes | bytearray) -> None:
-        self._last_activity = trio.current_time()
+        now = trio.current_time()
+        self._last_activity = self._last_received = now
         self.bytes_in += len(data)
-        self._mid_request = bool(data)
+        if not data:
+            self._mid_request = False
+        elif not self._mid_request:
+            self._mid_request = True
+            self._request_started = now
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         self._mid_request = False

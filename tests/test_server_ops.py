@@ -240,3 +240,65 @@ def test_sigterm_drain_answers_a_long_poll_in_flight_and_exits_0(tmp_path) -> No
         assert gw.stop(signal.SIGTERM) == 0
         poller.join(10)
         assert results and results[0][0] == 200 and results[0][1]["records"] == []
+
+
+async def _until(predicate, timeout: float = 20.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize("stall", ["tls", "proxy"])
+async def test_connections_stalled_in_their_handshake_count_toward_max_connections(
+    tmp_path, pki, stall
+) -> None:
+    """Connections that never finish their TLS handshake (or PROXY header) hold a slot: the
+    next one beyond max_connections is refused, and the slots come back when they go."""
+    ca, cert, key, _ = pki
+    listener: dict[str, object] = {"max_connections": 3, "read_timeout_s": 60}
+    if stall == "tls":
+        listener.update(tls_cert=cert, tls_key=key)
+    else:
+        listener.update(proxy_protocol="required")
+    before = refused("max_connections")
+    async with serving(config_with(tmp_path, **listener)) as server:
+        state = server.listeners["echo"]
+        stalled = [await connect(server) for _ in range(3)]
+        await _until(lambda: state.handshaking == 3)
+        extra = await connect(server)
+        assert await closed_by_server(extra)
+        assert refused("max_connections") == before + 1
+        assert state.connections == set()  # none got as far as the protocol
+        for s in stalled:
+            await s.aclose()
+        await _until(lambda: state.handshaking == 0)
+        if stall == "tls":
+            ok = await tls_connect(server, ca)
+        else:
+            ok = await connect(server)
+            await ok.send_all(encode_v1(("203.0.113.9", 1000), ("10.0.0.1", 9092)))
+        assert await ask(ok, b"back") == b"BACK\n"
+
+
+async def test_a_trickled_request_is_cut_at_the_read_timeout(tmp_path) -> None:
+    """One byte at a time, each well within the read timeout, never completes a request: the
+    connection is closed read_timeout_s after the request's first byte."""
+    before = PROTOCOL_ERRORS.labels(protocol="echo", kind="read_timeout")._value.get()
+    async with serving(config_with(tmp_path, read_timeout_s=0.5, idle_timeout_s=60)) as server:
+        slow = await connect(server)
+        started = trio.current_time()
+        closed = False
+        with trio.fail_after(20):
+            while not closed:
+                try:
+                    await slow.send_all(b"x")
+                except trio.BrokenResourceError:
+                    break
+                with trio.move_on_after(0.1):
+                    try:
+                        closed = await slow.receive_some(100) == b""
+                    except trio.BrokenResourceError:
+                        closed = True
+        took = trio.current_time() - started
+        assert 0.5 <= took < 10
+    assert PROTOCOL_ERRORS.labels(protocol="echo", kind="read_timeout")._value.get() == before + 1

@@ -262,3 +262,101 @@ def test_sweep_interval_follows_the_shortest_timeout() -> None:
     assert sweep_interval([600.0, 60.0]) == 1.0
     assert sweep_interval([600.0, 0.2]) == pytest.approx(0.02)
     assert sweep_interval([0.001]) == 0.01
+
+
+async def test_a_swept_read_timeout_counts_from_the_requests_first_byte() -> None:
+    """Bytes trickling in do not restart the read timeout: the request as a whole must be in
+    within ``read_timeout_s`` of its first byte."""
+    client, guarded = await _swept_pair(idle_timeout_s=600.0, read_timeout_s=1.0)
+    await client.send_all(b"h")
+    assert await guarded.receive_some() == b"h"
+    first = trio.current_time()
+    await trio.sleep(0.05)
+    await client.send_all(b"a")  # more of the same request, later
+    assert await guarded.receive_some() == b"a"
+    outcome: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive_or_timeout, guarded, outcome)
+        await trio.testing.wait_all_tasks_blocked()
+        guarded.expire_if_due(first + 1.0)  # 1 s after the first byte, < 1 s after the last
+    assert len(outcome) == 1 and isinstance(outcome[0], ConnectionTimeout)
+    assert outcome[0].kind == "read"
+    await client.aclose()
+    await guarded.aclose()
+
+
+async def test_an_answer_ends_the_request_and_the_next_one_starts_its_own_clock() -> None:
+    client, guarded = await _swept_pair(idle_timeout_s=600.0, read_timeout_s=1.0)
+    await client.send_all(b"req1")
+    assert await guarded.receive_some() == b"req1"
+    first = trio.current_time()
+    await guarded.send_all(b"answer1")
+    await trio.sleep(0.05)
+    await client.send_all(b"re")
+    assert await guarded.receive_some() == b"re"
+    second = trio.current_time()
+    got: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive_or_timeout, guarded, got)
+        await trio.testing.wait_all_tasks_blocked()
+        guarded.expire_if_due(first + 1.0)  # due for the first request, not for this one
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []
+        guarded.expire_if_due(second + 1.0)
+    assert len(got) == 1 and isinstance(got[0], ConnectionTimeout) and got[0].kind == "read"
+    await client.aclose()
+    await guarded.aclose()
+
+
+async def test_request_done_restarts_the_clock_at_the_last_receive() -> None:
+    """A handler that took whole requests out and keeps part of the next one, with nothing to
+    answer, says so: the next request's clock starts at the receive that brought its start."""
+    client, guarded = await _swept_pair(idle_timeout_s=600.0, read_timeout_s=1.0)
+    await client.send_all(b"r")
+    assert await guarded.receive_some() == b"r"
+    first = trio.current_time()
+    await trio.sleep(0.05)
+    await client.send_all(b"eq1|re")
+    assert await guarded.receive_some() == b"eq1|re"
+    second = trio.current_time()
+    guarded.request_done()
+    got: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive_or_timeout, guarded, got)
+        await trio.testing.wait_all_tasks_blocked()
+        guarded.expire_if_due(first + 1.0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []
+        guarded.expire_if_due(second + 1.0)
+    assert len(got) == 1 and isinstance(got[0], ConnectionTimeout) and got[0].kind == "read"
+    await client.aclose()
+    await guarded.aclose()
+
+
+def test_a_trickle_over_a_scoped_stream_is_cut_at_the_read_timeout() -> None:
+    """The same over a stream the guard waits on with a cancel scope (TLS, PROXY prefix): one
+    byte every 0.4 s, read timeout 1 s, on trio's virtual clock."""
+
+    async def main() -> tuple[float, ConnectionTimeout]:
+        client, server = trio.testing.memory_stream_pair()
+        guarded = GuardedStream(server, idle_timeout_s=600.0, read_timeout_s=1.0)
+        async with trio.open_nursery() as nursery:
+
+            async def trickle() -> None:
+                while True:
+                    await client.send_all(b"x")
+                    await trio.sleep(0.4)
+
+            nursery.start_soon(trickle)
+            start = trio.current_time()
+            try:
+                while True:
+                    await guarded.receive_some(1)
+            except ConnectionTimeout as exc:
+                nursery.cancel_scope.cancel()
+                return trio.current_time() - start, exc
+        raise AssertionError("unreachable")
+
+    took, exc = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert exc.kind == "read"
+    assert 1.0 <= took < 1.4

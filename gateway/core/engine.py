@@ -15,6 +15,7 @@ import trio
 from gateway.backends.base import Backend
 from gateway.core.groups import GroupCoordinator
 from gateway.core.idempotence import ProducerRegistry
+from gateway.core.names import check_command, check_topic
 from gateway.core.partitioner import partition_for_key
 from gateway.core.router import Router
 from gateway.core.waiters import Waiters
@@ -112,6 +113,7 @@ class Core:
         handler = self._handlers.get(type(command))
         if handler is None:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"unknown command {command!r}")
+        check_command(command)  # no empty names, no control characters (core/names.py)
         topic = getattr(command, "topic", None)
         backend = self.router.backend_for(topic).name if topic else "-"
         name = snake_case(type(command).__name__)
@@ -163,6 +165,7 @@ class Core:
         return [seen[name] for name in sorted(seen)]
 
     async def topic(self, name: str, create: bool = False) -> TopicInfo:
+        check_topic(name, ErrorCode.INVALID_TOPIC if create else ErrorCode.UNKNOWN_TOPIC)
         backend = self.router.backend_for(name)
         try:
             return await backend.topic(name)

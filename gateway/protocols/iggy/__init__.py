@@ -15,7 +15,9 @@ from gateway.protocols.iggy.session import handle_connection
 class IggyListenerConfig(ListenerConfig):
     """``users``: ``{ username, password }`` or ``{ username, password_hash }`` tables for
     LOGIN_USER (``gateway hash-password`` makes a hash). ``allow_anonymous``: a connection that
-    never logs in (the old dialect has no login) may use every command. Stream
+    never logs in (the old dialect has no login) may use every command.
+    ``max_concurrent_logins``, ``login_backoff_s``, ``max_login_peers``: see
+    :class:`gateway.protocols.iggy.auth.LoginGuard`. Stream
     ``default_stream`` holds the undotted canonical topics; stream ``s`` topic ``t`` is the
     canonical topic ``s<stream_separator>t``."""
 
@@ -26,9 +28,17 @@ class IggyListenerConfig(ListenerConfig):
     default_stream: str = "default"
     stream_separator: str = "."
     max_poll_bytes: int = 64 * MiB
+    max_concurrent_logins: int = 4  # password checks at once (a hashed one: 16 MiB scrypt)
+    login_backoff_s: float = 1.0  # first wait after repeated failed logins from one address
+    max_login_peers: int = 10_000  # addresses whose failed logins are remembered
 
     def validate(self) -> list[str]:
         problems = user_problems(self.users)
+        for key in ("max_concurrent_logins", "max_login_peers"):
+            if getattr(self, key) < 1:
+                problems.append(f"{key}: got {getattr(self, key)}, expected >= 1")
+        if self.login_backoff_s < 0:
+            problems.append(f"login_backoff_s: got {self.login_backoff_s}, expected >= 0 seconds")
         if len(self.stream_separator) != 1:
             problems.append(
                 f"stream_separator: got {self.stream_separator!r}, expected one character"

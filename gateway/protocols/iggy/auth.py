@@ -12,8 +12,14 @@ import hashlib
 import hmac
 import os
 import sys
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import trio
+from prometheus_client import Gauge
+
+from gateway.observability import REGISTRY
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P, SCRYPT_LEN = 16384, 8, 1, 32
 
@@ -91,6 +97,74 @@ def check_credentials(
             ok = hmac.compare_digest(str(user.get("password", "")).encode(), password.encode())
         return i if ok else None
     return None
+
+
+# ----------------------------------------------------------------------------- throttling
+
+LOGIN_PEERS = Gauge(
+    "gateway_iggy_login_peers",
+    "Client addresses whose failed Iggy logins are remembered (max_login_peers)",
+    registry=REGISTRY,
+)
+
+FREE_FAILURES = 3
+"""Failed logins from one address before it is made to wait (a mistyped password or two)."""
+BACKOFF_DOUBLINGS = 6
+"""The wait doubles with each further failure, up to ``login_backoff_s`` * 2**6."""
+
+
+def peer_host(peer: str) -> str:
+    """The address part of a connection's ``host:port`` / ``[v6]:port`` peer string."""
+    return peer.rsplit(":", 1)[0].strip("[]") if ":" in peer else peer
+
+
+class LoginGuard:
+    """One Iggy listener's password checks: at most ``max_concurrent_logins`` at once (each
+    hashed check is a 16 MiB scrypt in a worker thread), and a per-address backoff: after
+    FREE_FAILURES failed logins from one address, its further attempts are refused without a
+    check for ``login_backoff_s``, doubling with each further failure. A successful login
+    forgets the address; the table keeps the ``max_login_peers`` most recent addresses."""
+
+    def __init__(self, max_concurrent: int, backoff_s: float, max_peers: int) -> None:
+        self.limiter = trio.CapacityLimiter(max_concurrent)
+        self.backoff_s = backoff_s
+        self.max_peers = max_peers
+        # address -> (failures, refused until) in least recently failed order
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def configure(self, max_concurrent: int, backoff_s: float, max_peers: int) -> None:
+        """Apply a reloaded listener config."""
+        if self.limiter.total_tokens != max_concurrent:
+            self.limiter.total_tokens = max_concurrent
+        self.backoff_s, self.max_peers = backoff_s, max_peers
+
+    def refused_for(self, host: str, now: float) -> float:
+        """Seconds ``host`` must still wait before its next attempt is checked (0: none)."""
+        entry = self._failures.get(host)
+        if entry is None:
+            return 0.0
+        failures, until = entry
+        if now >= until + self.backoff_s * 2**BACKOFF_DOUBLINGS:  # quiet long enough: forgiven
+            del self._failures[host]
+            LOGIN_PEERS.set(len(self._failures))
+            return 0.0
+        return max(0.0, until - now)
+
+    def failed(self, host: str, now: float) -> None:
+        failures = self._failures.pop(host, (0, 0.0))[0] + 1
+        extra = failures - FREE_FAILURES
+        until = now + self.backoff_s * 2 ** min(extra - 1, BACKOFF_DOUBLINGS) if extra > 0 else now
+        self._failures[host] = (failures, until)
+        while len(self._failures) > self.max_peers:
+            self._failures.popitem(last=False)
+        LOGIN_PEERS.set(len(self._failures))
+
+    def succeeded(self, host: str) -> None:
+        if self._failures.pop(host, None) is not None:
+            LOGIN_PEERS.set(len(self._failures))
+
+    def __len__(self) -> int:
+        return len(self._failures)
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -53,11 +53,12 @@ from gateway.observability import (
     REQUEST_LATENCY,
     REQUESTS,
     labelled,
+    limit_hit,
     protocol_error,
 )
 from gateway.protocols.base import PerCore
 from gateway.protocols.iggy import codec as c
-from gateway.protocols.iggy.auth import check_credentials
+from gateway.protocols.iggy.auth import LoginGuard, check_credentials, peer_host
 from gateway.protocols.iggy.messages import poll_reply, send_batch
 from gateway.protocols.iggy.registry import GroupEntry, IggyError, Registry, TopicEntry
 
@@ -115,6 +116,11 @@ class IggyState:
         self.member_topics: dict[str, set[str]] = {}
         self._next_client = 0
         self.started_us = now_us()
+        self.logins = LoginGuard(
+            getattr(listener, "max_concurrent_logins", 4),
+            getattr(listener, "login_backoff_s", 1.0),
+            getattr(listener, "max_login_peers", 10_000),
+        )
 
     def new_client(self, address: str) -> ClientInfo:
         self._next_client += 1
@@ -225,20 +231,39 @@ class IggySession:
         return None
 
     async def login(self, req: c.LoginUser) -> c.LoginResult:
-        users = self.cfg.users
+        users, cfg, guard = self.cfg.users, self.cfg, self.state.logins
+        guard.configure(cfg.max_concurrent_logins, cfg.login_backoff_s, cfg.max_login_peers)
+        host = peer_host(self.ctx.peer)
         if any("password_hash" in u for u in users):
-            user_id = await trio.to_thread.run_sync(
-                check_credentials, users, req.username, req.password
-            )
+            if not guard.limiter.available_tokens:
+                limit_hit("max_concurrent_logins", PROTOCOL, self.log, peer=host)
+            async with guard.limiter:  # at most max_concurrent_logins scrypt checks at once
+                self._refuse_if_backing_off(host)
+                user_id = await trio.to_thread.run_sync(
+                    check_credentials, users, req.username, req.password
+                )
         else:
+            self._refuse_if_backing_off(host)
             user_id = check_credentials(users, req.username, req.password)
         if user_id is None:
+            guard.failed(host, trio.current_time())
             raise IggyError(
                 c.Status.INVALID_CREDENTIALS, f"invalid credentials for {req.username!r}"
             )
+        guard.succeeded(host)
         self.user_id = user_id
         self.log.info("iggy_login", user=req.username, client_id=self.client.client_id)
         return c.LoginResult(user_id)
+
+    def _refuse_if_backing_off(self, host: str) -> None:
+        """Repeated failed logins from ``host``: refuse without checking (login_backoff_s)."""
+        wait = self.state.logins.refused_for(host, trio.current_time())
+        if wait > 0:
+            limit_hit("login_backoff_s", PROTOCOL, self.log, peer=host, retry_in_s=round(wait, 2))
+            raise IggyError(
+                c.Status.INVALID_CREDENTIALS,
+                f"too many failed logins from {host}: retry in {wait:.1f} s",
+            )
 
     async def get_stats(self, req: c.GetStats) -> c.StatsRecord:
         stats = await self.core.execute(Stats())
