@@ -7,12 +7,17 @@ worker thread (so the event loop keeps serving); writers that arrive meanwhile w
 round, which then covers all of them with one fsync per file. A writer returns only after a round
 that started after its write has finished.
 
+Running out of descriptors or space fails the writers waiting on that round (retriable) and leaves
+everything marked for the next one; an I/O error from fsync itself stops the log for good (the
+kernel may have dropped the dirty pages), which ``failure`` reports.
+
 The fsync function is injectable (tests prove the ordering with it). It is called with file
 descriptors duplicated for the round, so closing a segment during a round is harmless.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +26,10 @@ from typing import Any
 import trio
 
 from gateway.model import ErrorCode, GatewayError
+
+TRANSIENT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.ENOMEM})
+"""Errors that say "not now" (no descriptor to sync with, no space), not "the data is gone":
+only other errors of fsync itself (EIO above all) stop the log from acknowledging writes."""
 
 
 class Syncer:
@@ -79,6 +88,13 @@ class Syncer:
             self._synced = max(self._synced, ticket)
             self.rounds += 1
         except OSError as exc:
+            if exc.errno in TRANSIENT:
+                # out of descriptors or space: nothing was lost, the next round covers it all
+                for target in targets:
+                    self._dirty.setdefault(id(target), target)
+                raise GatewayError(
+                    ErrorCode.BACKEND_UNAVAILABLE, f"cannot sync the embedded log now: {exc}"
+                ) from None
             # after a failed fsync the kernel may have dropped the dirty pages: stop acknowledging
             self.failure = f"fsync failed: {exc}; the embedded log stops accepting writes"
             raise GatewayError(ErrorCode.BACKEND_UNAVAILABLE, self.failure) from exc
