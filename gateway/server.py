@@ -104,6 +104,8 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
         default_partitions=config.server.default_partitions,
         max_topics=config.server.max_topics,
         max_partitions_per_topic=config.server.max_partitions_per_topic,
+        max_partitions_total=config.server.max_partitions_total,
+        max_topics_created_per_s=config.server.max_topics_created_per_s,
         group_assignment=config.server.group_assignment,
     )
 
@@ -527,6 +529,9 @@ def freeze_startup_heap() -> None:
 
 
 async def serve(config: GatewayConfig, reuse_port: bool = False) -> int:
+    from gateway.fdlimit import raise_file_limit
+
+    raise_file_limit(log)  # before the backends open their files
     server = Server(config, reuse_port=reuse_port)
     await server.run(freeze_heap=True)
     return 0
