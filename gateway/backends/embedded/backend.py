@@ -84,6 +84,7 @@ class EmbeddedBackend(Backend):
         self.repair = repair
         """Open damaged partitions by cutting them at the damage (``gateway repair``) instead of
         refusing to start."""
+        self.repairs: list[str] = []  # what the last open cut or dropped, one line each
         self.config = config or EmbeddedConfig()
         self.data_dir = Path(data_dir or self.config.data_dir or f"data/{name}")
         self._fsync = fsync
@@ -318,6 +319,7 @@ class EmbeddedBackend(Backend):
             self._topics[name] = _Topic(TopicInfo(name, partitions, config), settings, logs)
             for p in range(partitions):  # appended one by one: _close_files sees each opened
                 logs.append(self._open_log(name, p, settings, clean))
+                self.repairs.extend(logs[-1].repairs)
 
     # ------------------------------------------------------------------ topics
     def _topic(self, name: str) -> _Topic:
