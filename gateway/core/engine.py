@@ -191,6 +191,13 @@ class Core:
 
     async def _create_topic(self, cmd: CreateTopic) -> TopicInfo:
         partitions = cmd.partitions if cmd.partitions is not None else self.default_partitions
+        try:  # an existing topic is "exists", whatever the budgets say
+            await self.router.backend_for(cmd.topic).topic(cmd.topic)
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_TOPIC:
+                raise
+        else:
+            raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {cmd.topic!r} already exists")
         await self._check_limits(True, partitions, partitions)
         return await self.router.backend_for(cmd.topic).create_topic(
             cmd.topic, partitions, cmd.config
