@@ -154,6 +154,12 @@ def test_create_2000_partitions_under_a_low_file_limit(
         ]
     finally:
         gw.stop()
+    # under a limit too low for its 91 partitions, the start is refused with one clear line
+    with pytest.raises(RuntimeError):
+        start_limited(gw, 160, monkeypatch)
+    log = gw.log_text()
+    assert "holds more partitions than the open-file limit allows" in log
+    assert "ulimit -n" in log and "Traceback" not in log
 
 
 def test_running_out_of_descriptors_leaks_none_and_stops_no_writes(
