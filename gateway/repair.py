@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from gateway.config import load_config
+from gateway.model import GatewayError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -46,10 +47,17 @@ def run(args: argparse.Namespace) -> int:
         backend = BACKEND.factory(name, config.backends[name].options, config)
         assert isinstance(backend, EmbeddedBackend)
         backend.repair = True
+        failure: GatewayError | None = None
         async with trio.open_nursery() as nursery:
-            await backend.open(nursery)
-            await backend.close()
+            try:
+                await backend.open(nursery)
+            except GatewayError as exc:  # e.g. locked by a running gateway: said in one line
+                failure = exc
+            else:
+                await backend.close()
             nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
         return backend.repairs
 
     for name in names:

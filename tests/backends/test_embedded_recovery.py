@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+import trio
 
 from gateway.backends.embedded.log import RecoveryError
 from gateway.backends.embedded.segment import FRAME
@@ -100,15 +101,19 @@ def write_repair_config(tmp_path: Path, data: Path) -> Path:
     return path
 
 
-def repair_cli(config: Path) -> str:
-    """``gateway repair`` as the operator runs it; returns its output."""
-    done = subprocess.run(
+def run_repair(config: Path) -> subprocess.CompletedProcess[str]:
+    """``gateway repair`` as the operator runs it."""
+    return subprocess.run(
         [sys.executable, "-m", "gateway", "repair", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
+
+
+def repair_cli(config: Path) -> str:
+    done = run_repair(config)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -131,6 +136,16 @@ async def test_a_missing_middle_segment_stops_the_start_and_repair_cuts_there(
     assert {p.name: p.stat().st_size for p in segment_files(data, "old")[2:]} == before
 
     config = write_repair_config(tmp_path, data)
+    from gateway.backends.embedded.backend import EmbeddedBackend
+
+    holder = EmbeddedBackend("main", data_dir=data)
+    holder._acquire_lock()
+    try:
+        refused = await trio.to_thread.run_sync(run_repair, config)
+    finally:
+        holder._close_files()
+    assert refused.returncode == 1
+    assert "locked by another process" in refused.stderr and "Traceback" not in refused.stderr
     out = repair_cli(config)
     for name in before:
         assert f"{name}: dropped" in out
