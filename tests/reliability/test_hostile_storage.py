@@ -5,7 +5,9 @@ while a bystander keeps probing the admin port (tests/reliability/hostile.py):
 - a Cursus ``CREATE partitions=2000`` under a low open-file limit, refused by the partition
   budget, and (with the budget lifted) failing on the descriptors without leaking any or
   stopping the log;
-- a data directory missing a segment: the start is refused with one line, nothing is deleted.
+- a data directory missing a segment: the start is refused with one line, nothing is deleted;
+- a flipped byte in an old segment: Kafka 0.8 fetches get every record before it, and
+  CorruptMessage (2) only where they reach it.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from typing import Any
 import pytest
 import trio
 
+from gateway.backends.embedded.segment import FRAME
+from gateway.model import Record
 from gateway.protocols.cursus.client import CursusClient
 from gateway.protocols.cursus.codec import Ack, Message
 from gateway.protocols.kafka08 import codec as k
+from gateway.protocols.kafka08.messageset import decode_message_set, encode_message_set
 from tests.protocols.kafka08.conftest import RawClient, metric
 from tests.reliability.hostile import Bystander, Footprint
 from tests.support import GatewayProcess, make_config, write_toml
@@ -230,3 +235,54 @@ def test_a_missing_segment_refuses_the_start_with_one_line(tmp_path: Path) -> No
     assert segments[2].name in line and "gateway repair" in line
     assert "Traceback" not in done.stderr
     assert {p.name: p.stat().st_size for p in data.iterdir()} == sizes
+
+
+def kafka_fetch(client: RawClient, topic: str, offset: int) -> Any:
+    body = k.FETCH_REQUEST(
+        -1, 0, 1, [k.FETCH_TOPIC(topic, [k.FETCH_PARTITION(0, offset, 1 << 20)])]
+    )
+    [t] = client.call(k.ApiKey.FETCH, 0, body).topics
+    [p] = t.partitions
+    return p
+
+
+def test_a_flipped_byte_in_an_old_segment_costs_only_the_damaged_batch(tmp_path: Path) -> None:
+    backends = {"default": {"type": "embedded", "segment_bytes": 4096}}
+    gw = GatewayProcess(tmp_path, listeners={"kafka08": {}}, backends=backends)
+    with gw:
+        client = RawClient(gw.address("kafka08"))
+        assert metadata(gw.address("kafka08"), ["t"])[0].error == 0  # auto-created
+        for i in range(30):
+            records = [Record(b"k", b"value-%03d-%02d" % (i, j) + b"." * 40) for j in range(10)]
+            message_set = encode_message_set(records)
+            body = k.PRODUCE_REQUEST(
+                1, 1000, [k.PRODUCE_TOPIC("t", [k.PRODUCE_PARTITION(0, message_set)])]
+            )
+            [t] = client.call(k.ApiKey.PRODUCE, 0, body).topics
+            assert t.partitions[0].error == 0
+        client.close()
+    directory = tmp_path / "data" / "default" / "topics" / "t" / "0"
+    first = sorted(directory.glob("*.log"))[0]
+    data = bytearray(first.read_bytes())
+    frames, pos = [], 0
+    while pos < len(data):
+        length, _, base, _, _ = FRAME.unpack_from(data, pos)
+        frames.append((pos, base))
+        pos += FRAME.size + length
+    assert len(frames) >= 3 and len(sorted(directory.glob("*.log"))) >= 3
+    damaged_pos, damaged = frames[len(frames) // 2]
+    data[damaged_pos + 60] ^= 0xFF
+    first.write_bytes(bytes(data))
+    with gw:
+        client = RawClient(gw.address("kafka08"))
+        p = kafka_fetch(client, "t", 0)
+        assert p.error == 0
+        got = decode_message_set(p.message_set)
+        assert [r.offset for r in got] == list(range(damaged))  # everything before the damage
+        p = kafka_fetch(client, "t", damaged)
+        assert p.error == 2  # CorruptMessage
+        later = int(sorted(directory.glob("*.log"))[1].stem)  # the next segment's first offset
+        p = kafka_fetch(client, "t", later)
+        assert p.error == 0 and decode_message_set(p.message_set)[0].offset == later
+        client.close()
+        assert metric(gw, "gateway_embedded_corrupt_reads_total") >= 1
