@@ -15,10 +15,12 @@ import pytest
 import structlog
 import trio
 
+from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
 from gateway.backends.embedded.log import RecoveryError
 from gateway.backends.embedded.segment import FRAME
 from gateway.core.engine import Core
 from gateway.model import ErrorCode, Fetch, GatewayError
+from tests.backends.conftest import opened
 from tests.backends.test_conformance import read_all, strip
 from tests.backends.test_embedded import REPO, crash, embedded, fill, plog, segment_files
 from tests.support import make_config, write_toml
@@ -136,8 +138,6 @@ async def test_a_missing_middle_segment_stops_the_start_and_repair_cuts_there(
     assert {p.name: p.stat().st_size for p in segment_files(data, "old")[2:]} == before
 
     config = write_repair_config(tmp_path, data)
-    from gateway.backends.embedded.backend import EmbeddedBackend
-
     holder = EmbeddedBackend("main", data_dir=data)
     holder._acquire_lock()
     try:
@@ -172,9 +172,6 @@ async def test_a_damaged_older_segment_stops_an_unclean_start(tmp_path: Path) ->
             pass
     assert second.name in exc.value.message and "CRC-32C" in exc.value.message
     assert {p.name: p.stat().st_size for p in segment_files(tmp_path, "old")} == sizes
-
-    from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
-    from tests.backends.conftest import opened
 
     repaired = EmbeddedBackend(
         "embedded",

@@ -350,6 +350,8 @@ class EmbeddedBackend(Backend):
         table, durably. Blocking (runs in a worker thread). On failure nothing stays open and
         nothing is left on disk, and the error says what ran out."""
         logs: list[PartitionLog] = []
+        if start == 0:
+            shutil.rmtree(self.topics_dir / name, ignore_errors=True)  # a crash's leftovers
         try:
             for p in range(start, stop):
                 logs.append(self._open_log(name, p, settings, True))
@@ -398,7 +400,6 @@ class EmbeddedBackend(Backend):
             self._check_open()
             if name in self._topics:
                 raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
-            shutil.rmtree(self.topics_dir / name, ignore_errors=True)  # a crash's leftovers
             logs = await self._off_loop(
                 self._new_logs, name, settings, 0, partitions, tuple(config)
             )
