@@ -170,3 +170,32 @@ async def test_a_write_that_runs_out_of_space_leaves_no_torn_frame(
         assert [r.offset for r in await read_all(backend, "t", 0, 0)] == list(range(34))
     async with embedded(tmp_path) as backend:
         assert [r.offset for r in await read_all(backend, "t", 0, 0)] == list(range(34))
+
+
+async def test_kv_compaction_waits_for_the_disk_off_the_event_loop(tmp_path: Path) -> None:
+    gate = GatedFsync()
+    async with embedded(tmp_path, gate, fsync="never") as backend:
+        gate.armed = True
+        value = b"x" * (64 << 10)
+        async with trio.open_nursery() as nursery:
+
+            async def overwrite() -> None:
+                for i in range(40):  # 2.5 MiB of overwrites of one key: compaction falls due
+                    await backend.kv_put("state", "big", value + str(i).encode())
+
+            nursery.start_soon(overwrite)
+            await trio.to_thread.run_sync(gate.entered.wait, 10)
+            ticks = 0
+            with trio.move_on_after(0.2):
+                while True:
+                    await trio.sleep(0.01)
+                    ticks += 1
+            assert ticks >= 5  # the loop runs while the compaction's fsync does not return
+            nursery.start_soon(backend.kv_put, "state", "during", b"compaction")
+            await trio.sleep(0.05)
+            gate.release.set()
+        assert await backend.kv_get("state", "during") == b"compaction"
+        assert backend.kv.path.stat().st_size < 1 << 20  # compacted
+    async with embedded(tmp_path) as backend:
+        assert await backend.kv_get("state", "big") == value + b"39"
+        assert await backend.kv_get("state", "during") == b"compaction"

@@ -95,6 +95,7 @@ class EmbeddedBackend(Backend):
         self.table = TopicTable(self.data_dir, fsync)
         self._meta_lock = trio.Lock()  # one topic/partition change at a time
         self._meta_limiter = trio.CapacityLimiter(1)
+        self._kv_lock = trio.Lock()
         self._lock_fd = -1
         self._background: trio.CancelScope | None = None
         self._is_open = False
@@ -526,15 +527,25 @@ class EmbeddedBackend(Backend):
 
     async def kv_put(self, namespace: str, key: str, value: bytes) -> None:
         self._check_open()
-        self.kv.put(namespace, key, value)
-        self.syncer.mark(self.kv)
+        async with self._kv_lock:  # not while a compaction replaces the file
+            self.kv.put(namespace, key, value)
+            self.syncer.mark(self.kv)
+            await self._kv_compact_if_due()
         await self._kv_durable()
 
     async def kv_delete(self, namespace: str, key: str) -> None:
         self._check_open()
-        if self.kv.delete(namespace, key):
-            self.syncer.mark(self.kv)
+        async with self._kv_lock:
+            deleted = self.kv.delete(namespace, key)
+            if deleted:
+                self.syncer.mark(self.kv)
+                await self._kv_compact_if_due()
+        if deleted:
             await self._kv_durable()
+
+    async def _kv_compact_if_due(self) -> None:
+        if self.kv.compaction_due():  # its fsyncs run off the event loop
+            os.close(await trio.to_thread.run_sync(self.kv.compact_keeping_old))
 
     async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         self._check_open()
