@@ -1,6 +1,7 @@
-"""The embedded log under resource pressure: topic creation keeps the event loop free, a create
-that runs out of descriptors closes what it opened, and running out of descriptors or space is
-not an fsync failure (only an I/O error of fsync stops the log)."""
+"""The embedded log under resource pressure: topic creation and key-value compaction keep the
+event loop free, a create that runs out of descriptors closes what it opened, running out of
+descriptors or space is not an fsync failure (only an I/O error of fsync stops the log), and
+sealed segments hold at most ``max_open_segments`` descriptors."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from typing import Any
 import pytest
 import trio
 
+from gateway.backends.embedded.files import OPEN_SEGMENTS
 from gateway.model import ErrorCode, GatewayError
-from tests.backends.test_conformance import encoded, make_records, read_all
-from tests.backends.test_embedded import crash, embedded, fill
+from tests.backends.test_conformance import T0, encoded, make_records, read_all, strip
+from tests.backends.test_embedded import crash, embedded, fill, plog
 
 
 def open_fds() -> int:
@@ -72,7 +74,8 @@ async def test_topic_creation_waits_for_the_disk_off_the_event_loop(tmp_path: Pa
 async def test_a_create_that_runs_out_of_descriptors_closes_what_it_opened(
     tmp_path: Path,
 ) -> None:
-    async with embedded(tmp_path) as backend:
+    # fsync "always": no background sync round holds duplicated descriptors while we count
+    async with embedded(tmp_path, fsync="always") as backend:
         await backend.create_topic("keep", 1)
         await fill(backend, "keep", 2)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -199,3 +202,38 @@ async def test_kv_compaction_waits_for_the_disk_off_the_event_loop(tmp_path: Pat
     async with embedded(tmp_path) as backend:
         assert await backend.kv_get("state", "big") == value + b"39"
         assert await backend.kv_get("state", "during") == b"compaction"
+
+
+def segment_fds(directory: Path) -> int:
+    """Descriptors of this process open on ``*.log`` segment files under ``directory``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(str(directory)) and target.endswith(".log")
+    return count
+
+
+async def test_sealed_segments_hold_at_most_max_open_segments_descriptors(tmp_path: Path) -> None:
+    options = {"max_open_segments": 2, "segment_bytes": 2048}
+    async with embedded(tmp_path, fsync="always", **options) as backend:
+        await backend.create_topic("many", 1)
+        expected = await fill(backend, "many", 100)  # one batch per segment: 100 segments
+        assert len(plog(backend, "many").segments) >= 50
+        assert segment_fds(tmp_path / "topics") <= 1 + 2  # the active one and two sealed ones
+        assert strip(await read_all(backend, "many", 0, 0)) == strip(expected)
+        assert await backend.offset_for_timestamp("many", 0, T0 + 555) == 555
+        assert segment_fds(tmp_path / "topics") <= 1 + 2
+        assert OPEN_SEGMENTS.labels("embedded")._value.get() == 2
+        # a closed sealed segment is still covered by fsync (the round opens it by path)
+        assert backend.syncer.failure == ""
+    # the directory opens again under a file limit far below its segment count
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (open_fds() + 20, hard))
+    try:
+        async with embedded(tmp_path, **options) as backend:
+            assert strip(await read_all(backend, "many", 0, 0)) == strip(expected)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

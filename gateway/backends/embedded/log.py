@@ -21,6 +21,7 @@ import structlog
 from crc32c import crc32c
 from prometheus_client import Counter
 
+from gateway.backends.embedded.files import SegmentFiles
 from gateway.backends.embedded.payload import decode_payload
 from gateway.backends.embedded.segment import (
     FRAME,
@@ -74,12 +75,14 @@ class PartitionLog:
         directory: Path,
         settings: LogSettings,
         mark_dirty: Callable[[Any], None],
+        files: SegmentFiles | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.directory = directory
         self.settings = settings
         self._mark_dirty = mark_dirty
+        self._files = files  # None: every segment keeps its descriptor
         self.segments: list[Segment] = []
         self.bases: list[int] = []
         self.next_offset = 0
@@ -99,13 +102,14 @@ class PartitionLog:
         mark_dirty: Callable[[Any], None],
         clean: bool,
         repair: bool = False,
+        files: SegmentFiles | None = None,
     ) -> PartitionLog:
         """Open (creating it when new) and recover a partition's log. A torn or damaged tail of
         the last segment is cut off (what a crash leaves). Damage anywhere else (a missing
         segment, an unreadable older one) stops the open with :class:`RecoveryError`, deleting
         nothing, unless ``repair``: then the log is cut at the damage and later segments dropped,
         each drop logged and listed in ``repairs``."""
-        self = cls(topic, partition, directory, settings, mark_dirty)
+        self = cls(topic, partition, directory, settings, mark_dirty, files)
         try:
             self._open(clean, repair)
         except BaseException:
@@ -142,6 +146,8 @@ class PartitionLog:
                     self._refuse(problem)
                 self._drop_from(bases[i:], problem)
                 break
+            if self.segments:
+                self._sealed(self.segments[-1])  # a later one follows: it is only read now
             self.segments.append(seg)
             size = seg.open_file()
             last = i == len(bases) - 1
@@ -255,10 +261,19 @@ class PartitionLog:
                 f"cannot start a new segment of {self.topic}/{self.partition}: {exc.strerror}",
             ) from None
         old.finish()
+        self._sealed(old)
         self.segments.append(seg)
         self.bases.append(seg.base)
         self._mark_dirty(self.directory)  # the new file's directory entry
         return seg
+
+    # ------------------------------------------------------------------ descriptors
+    def _sealed(self, seg: Segment) -> None:
+        if self._files is not None:
+            self._files.release(seg)
+
+    def _fd(self, seg: Segment) -> int:
+        return seg.fd if self._files is None else self._files.fd(seg)
 
     # ------------------------------------------------------------------ read
     def read(self, offset: int, max_records: int, max_bytes: int) -> list[RecordBatch]:
@@ -276,6 +291,7 @@ class PartitionLog:
         segments = self.segments
         si = bisect_right(self.bases, offset) - 1
         seg = segments[si]
+        fd = self._fd(seg)
         pos = seg.position_for(offset)
         # read ahead what the request can use: max_bytes, or fewer bytes when max_records of
         # this segment's average size are less (a 1,000-record read must not pread 16 MiB)
@@ -295,11 +311,12 @@ class PartitionLog:
                 if si >= len(segments):
                     break
                 seg = segments[si]
+                fd = self._fd(seg)
                 pos, buf, buf_pos, expect = 0, b"", 0, seg.base
                 continue
             rel = pos - buf_pos
             if rel + fsize > len(buf):
-                buf = os.pread(seg.fd, chunk, pos)
+                buf = os.pread(fd, chunk, pos)
                 mv = memoryview(buf)
                 buf_pos, rel = pos, 0
             problem = ""
@@ -321,7 +338,7 @@ class PartitionLog:
                     expect = base + count
                     continue
                 if rel + flen > len(buf):
-                    buf = os.pread(seg.fd, max(chunk, flen), pos)
+                    buf = os.pread(fd, max(chunk, flen), pos)
                     mv = memoryview(buf)
                     buf_pos, rel = pos, 0
                 if crc32c(mv[rel + 8 : rel + flen]) != crc:
@@ -375,7 +392,7 @@ class PartitionLog:
                 continue
             pos = seg.position_for_time(timestamp_us)
             chunk = max(READ_CHUNK_MIN, 2 * self.settings.index_interval_bytes)
-            for _, frame, _ in iter_frames(seg.fd, pos, seg.size, chunk):
+            for _, frame, _ in iter_frames(self._fd(seg), pos, seg.size, chunk):
                 if frame is None:
                     break
                 _, _, base, _, max_ts = FRAME.unpack_from(frame, 0)
@@ -415,6 +432,8 @@ class PartitionLog:
                 bytes=first.size,
                 new_log_start=self.segments[1].base,
             )
+            if self._files is not None:
+                self._files.forget(first)
             first.delete()
             del self.segments[0]
             del self.bases[0]
@@ -429,6 +448,8 @@ class PartitionLog:
 
     def close(self) -> None:
         for seg in self.segments:
+            if self._files is not None:
+                self._files.forget(seg)
             seg.close()
 
     def delete(self) -> None:

@@ -1,18 +1,19 @@
 """Group commit: makes written files durable with as few fsyncs as possible.
 
-Writers ``mark`` what they wrote (an object with an ``fd``, or a directory ``Path`` whose entries
-changed) and, under fsync "always", ``await sync_through(ticket)`` with the ticket ``mark``
-returned. One task at a time runs a round: it takes every file marked so far and fsyncs them in a
-worker thread (so the event loop keeps serving); writers that arrive meanwhile wait for the next
-round, which then covers all of them with one fsync per file. A writer returns only after a round
-that started after its write has finished.
+Writers ``mark`` what they wrote (an object with an ``fd`` and a ``path``, or a directory ``Path``
+whose entries changed) and, under fsync "always", ``await sync_through(ticket)`` with the ticket
+``mark`` returned. One task at a time runs a round: it takes every file marked so far and fsyncs
+them in a worker thread (so the event loop keeps serving); writers that arrive meanwhile wait for
+the next round, which then covers all of them with one fsync per file. A writer returns only
+after a round that started after its write has finished.
 
 Running out of descriptors or space fails the writers waiting on that round (retriable) and leaves
 everything marked for the next one; an I/O error from fsync itself stops the log for good (the
 kernel may have dropped the dirty pages), which ``failure`` reports.
 
 The fsync function is injectable (tests prove the ordering with it). It is called with file
-descriptors duplicated for the round, so closing a segment during a round is harmless.
+descriptors duplicated for the round (or opened by path when the target closed its own), so
+closing a segment during a round is harmless.
 """
 
 from __future__ import annotations
@@ -84,6 +85,13 @@ class Syncer:
                         continue
                 elif target.fd >= 0:
                     fds.append(os.dup(target.fd))
+                elif getattr(target, "path", None) is not None:
+                    # closed since it was written (a sealed segment whose descriptor was let go):
+                    # fsync through any descriptor flushes the file
+                    try:
+                        fds.append(os.open(target.path, os.O_RDONLY))
+                    except FileNotFoundError:  # deleted since
+                        continue
             await trio.to_thread.run_sync(self._fsync_all, fds)
             self._synced = max(self._synced, ticket)
             self.rounds += 1
