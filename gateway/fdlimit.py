@@ -1,7 +1,8 @@
 """The process's open-file limit: raised at start, and the partition budget derived from it.
 
-Every partition of the embedded log keeps about three files open (its active segment and that
-segment's two indexes) plus one per older segment, and every connection holds a socket. A limit
+Every partition of the embedded log keeps three files open (its active segment and that
+segment's two indexes), older segments share an LRU of descriptors (``max_open_segments``), and
+every connection holds a socket. A limit
 of 1,024 (a common default soft limit) is exhausted by a few hundred partitions, so the gateway
 raises its soft limit to the hard limit at start, and by default refuses to create partitions
 beyond what the limit can hold (``[server] max_partitions_total``).
@@ -13,7 +14,7 @@ import resource
 from typing import Any
 
 FILES_PER_PARTITION = 4
-"""Three files of the active segment plus one older segment, a margin for rolled segments."""
+"""Three files of the active segment plus one slot of the older segments' LRU."""
 CEILING = 1 << 20
 """Used when the hard limit is "unlimited" (the kernel refuses more than nr_open anyway)."""
 
