@@ -255,3 +255,19 @@ async def test_a_data_directory_written_with_only_topics_json_still_opens(tmp_pa
     async with embedded(tmp_path) as backend:
         assert (await backend.topic("legacy")).partitions == 2
         assert (await backend.partition_info("legacy", 0)).high_watermark == 30
+
+
+def test_journal_lines_of_the_wrong_shape_are_damage() -> None:
+    from gateway.backends.embedded.topictable import TopicTable, _line
+
+    good = {"op": "set", "topic": "a", "partitions": 2, "config": [["k", "v"]]}
+    assert TopicTable._parse(_line(good)[:-1]) == good
+    for bad in (
+        {"op": "set", "topic": "a"},
+        {"op": "set", "topic": "a", "partitions": "x", "config": []},
+        {"op": "set", "topic": "a", "partitions": 1, "config": [["k"]]},
+        {"op": "delete", "topic": 5},
+        {"op": "rename", "topic": "a"},
+    ):
+        assert TopicTable._parse(_line(bad)[:-1]) is None, bad
+    assert TopicTable._parse(b"00000000 {}") is None

@@ -117,11 +117,19 @@ class TopicTable:
             doc = json.loads(body)
         except ValueError:
             return None
-        return doc if isinstance(doc, dict) and doc.get("op") in ("set", "delete") else None
+        if not isinstance(doc, dict) or doc.get("op") not in ("set", "delete"):
+            return None
+        try:  # a line with a good CRC but the wrong shape is damage too
+            TopicTable._apply({}, doc)
+        except (KeyError, TypeError, ValueError):
+            return None
+        return doc
 
     @staticmethod
     def _apply(entries: dict[str, Entry], doc: dict[str, object]) -> None:
-        name = str(doc["topic"])
+        name = doc["topic"]
+        if not isinstance(name, str):
+            raise TypeError("topic")
         if doc["op"] == "delete":
             entries.pop(name, None)
         else:
