@@ -103,6 +103,7 @@ class Core:
         self.max_partitions_per_topic = max_partitions_per_topic
         self.max_partitions_total = max_partitions_total  # 0: derived from the file limit
         self.creations = CreationRate(max_topics_created_per_s)
+        self._creating = 0  # partitions of creates under way (reserved against the budget)
         self.router = Router(backends, routes)
         self.waiters = Waiters()
         self.groups = GroupCoordinator(
@@ -160,7 +161,9 @@ class Core:
 
     # ------------------------------------------------------------------ topics
     async def _check_limits(self, new_topic: bool, partitions: int, added: int = 0) -> None:
-        """``partitions``: the topic's count after the change; ``added``: how many are new."""
+        """``partitions``: the topic's count after the change; ``added``: how many are new. On
+        success ``added`` is reserved (``_creating``) until the caller's create ends, so
+        concurrent creates cannot all pass the partition budget together."""
         if partitions > self.max_partitions_per_topic:
             raise GatewayError(
                 ErrorCode.INVALID_PARTITIONS,
@@ -180,6 +183,7 @@ class Core:
         total = 0
         for backend in self.router.backends.values():
             total += sum(info.partitions for info in await backend.list_topics())
+        total += self._creating
         if total + added > cap:
             limit_hit("max_partitions_total", "server", log, partitions=total, asked=added)
             raise GatewayError(
@@ -188,6 +192,7 @@ class Core:
                 f"max_partitions_total ({cap})",
             )
         self.creations.take()
+        self._creating += added
 
     async def _create_topic(self, cmd: CreateTopic) -> TopicInfo:
         partitions = cmd.partitions if cmd.partitions is not None else self.default_partitions
@@ -199,9 +204,12 @@ class Core:
         else:
             raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {cmd.topic!r} already exists")
         await self._check_limits(True, partitions, partitions)
-        return await self.router.backend_for(cmd.topic).create_topic(
-            cmd.topic, partitions, cmd.config
-        )
+        try:
+            return await self.router.backend_for(cmd.topic).create_topic(
+                cmd.topic, partitions, cmd.config
+            )
+        finally:
+            self._creating -= partitions
 
     async def _delete_topic(self, cmd: DeleteTopic) -> None:
         await self.router.backend_for(cmd.topic).delete_topic(cmd.topic)
@@ -230,6 +238,8 @@ class Core:
             if exc.code is ErrorCode.TOPIC_EXISTS:  # created concurrently
                 return await backend.topic(name)
             raise
+        finally:
+            self._creating -= self.default_partitions
 
     async def _describe_topic(self, cmd: DescribeTopic) -> TopicDescription:
         info = await self.topic(cmd.topic, cmd.create)
@@ -240,7 +250,10 @@ class Core:
     async def _create_partitions(self, cmd: CreatePartitions) -> TopicInfo:
         current = (await self.router.backend_for(cmd.topic).topic(cmd.topic)).partitions
         await self._check_limits(False, current + cmd.count, cmd.count)
-        return await self.router.backend_for(cmd.topic).create_partitions(cmd.topic, cmd.count)
+        try:
+            return await self.router.backend_for(cmd.topic).create_partitions(cmd.topic, cmd.count)
+        finally:
+            self._creating -= cmd.count
 
     async def _delete_partitions(self, cmd: DeletePartitions) -> TopicInfo:
         info = await self.router.backend_for(cmd.topic).delete_partitions(cmd.topic, cmd.count)

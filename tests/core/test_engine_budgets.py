@@ -4,8 +4,10 @@ by default) and ``max_topics_created_per_s``, each counted in gateway_limit_hits
 from __future__ import annotations
 
 import resource
+from pathlib import Path
 
 import pytest
+import trio
 
 from gateway.backends.memory import MemoryBackend
 from gateway.config import ConfigError, parse_config
@@ -13,6 +15,7 @@ from gateway.core.engine import Core, CreationRate
 from gateway.fdlimit import default_partition_cap
 from gateway.model import CreatePartitions, CreateTopic, DescribeTopic, ErrorCode, GatewayError
 from gateway.observability import LIMIT_HITS
+from tests.backends.test_embedded import embedded
 
 
 def hits(limit: str) -> float:
@@ -86,3 +89,26 @@ def test_config_keys_are_validated() -> None:
     text = str(exc.value)
     assert "server.max_partitions_total: got -1" in text
     assert "server.max_topics_created_per_s: got -2" in text
+
+
+async def test_concurrent_creates_cannot_pass_the_partition_budget_together(
+    tmp_path: Path,
+) -> None:
+    async with embedded(tmp_path, fsync="never") as backend:
+        c = Core({"e": backend}, [("*", "e")], max_partitions_total=10)
+        outcomes: list[str] = []
+
+        async def create(name: str) -> None:
+            try:
+                await c.execute(CreateTopic(name, 4))
+                outcomes.append("created")
+            except GatewayError as exc:
+                assert "max_partitions_total (10)" in exc.message
+                outcomes.append("refused")
+
+        async with trio.open_nursery() as nursery:
+            for i in range(6):  # all start before any finishes (creation waits in a thread)
+                nursery.start_soon(create, f"t{i}")
+        assert sorted(outcomes) == ["created"] * 2 + ["refused"] * 4
+        assert sum(t.partitions for t in await backend.list_topics()) == 8
+        assert c._creating == 0
