@@ -103,7 +103,8 @@ class Core:
         self.max_partitions_per_topic = max_partitions_per_topic
         self.max_partitions_total = max_partitions_total  # 0: derived from the file limit
         self.creations = CreationRate(max_topics_created_per_s)
-        self._creating = 0  # partitions of creates under way (reserved against the budget)
+        self._creating = 0  # partitions of creates under way (reserved against the budgets)
+        self._creating_topics = 0
         self.router = Router(backends, routes)
         self.waiters = Waiters()
         self.groups = GroupCoordinator(
@@ -171,7 +172,7 @@ class Core:
                 f"({self.max_partitions_per_topic})",
             )
         if new_topic:
-            count = 0
+            count = self._creating_topics
             for backend in self.router.backends.values():
                 count += len(await backend.list_topics())
             if count >= self.max_topics:
@@ -193,6 +194,7 @@ class Core:
             )
         self.creations.take()
         self._creating += added
+        self._creating_topics += new_topic
 
     async def _create_topic(self, cmd: CreateTopic) -> TopicInfo:
         partitions = cmd.partitions if cmd.partitions is not None else self.default_partitions
@@ -210,6 +212,7 @@ class Core:
             )
         finally:
             self._creating -= partitions
+            self._creating_topics -= 1
 
     async def _delete_topic(self, cmd: DeleteTopic) -> None:
         await self.router.backend_for(cmd.topic).delete_topic(cmd.topic)
@@ -240,6 +243,7 @@ class Core:
             raise
         finally:
             self._creating -= self.default_partitions
+            self._creating_topics -= 1
 
     async def _describe_topic(self, cmd: DescribeTopic) -> TopicDescription:
         info = await self.topic(cmd.topic, cmd.create)

@@ -111,4 +111,17 @@ async def test_concurrent_creates_cannot_pass_the_partition_budget_together(
                 nursery.start_soon(create, f"t{i}")
         assert sorted(outcomes) == ["created"] * 2 + ["refused"] * 4
         assert sum(t.partitions for t in await backend.list_topics()) == 8
-        assert c._creating == 0
+        assert c._creating == c._creating_topics == 0
+        # the topic count budget too: 2 topics exist, 2 more fit
+        c = Core({"e": backend}, [("*", "e")], max_topics=4, max_partitions_total=1000)
+
+        async def create_one(name: str) -> None:
+            try:
+                await c.execute(CreateTopic(name, 1))
+            except GatewayError as exc:
+                assert "max_topics = 4" in exc.message
+
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(create_one, f"u{i}")
+        assert len(await backend.list_topics()) == 4
