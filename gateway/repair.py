@@ -13,9 +13,11 @@ import argparse
 import sys
 from typing import Any
 
+import structlog
 import trio
 
 from gateway.config import load_config
+from gateway.fdlimit import raise_file_limit
 from gateway.model import GatewayError
 
 
@@ -33,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from gateway.backends.embedded import BACKEND, EmbeddedBackend
 
     config = load_config(args.config)
+    raise_file_limit(structlog.get_logger("gateway.repair"))  # every partition is opened
     names = [
         name
         for name, bc in config.backends.items()
