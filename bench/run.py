@@ -99,6 +99,13 @@ DRIVERS: list[tuple[str, list[str], str, int, str]] = [
         120,
         "the gateway's own NATS client; nats-py through trio-asyncio; nats-py on a loop thread",
     ),
+    (
+        "metadata_freeze",
+        ["bench/metadata_freeze.py"],
+        "metadata_freeze.json",
+        120,
+        "a raw Kafka 0.8 socket (our codec) and the in-repo Cursus client",
+    ),
 ]
 
 
@@ -586,6 +593,33 @@ def workers_verdict(w: dict) -> str:
     return "; ".join(out) + "."
 
 
+def metadata_freeze_section(d: dict) -> list[str]:
+    runs = d.get("runs")
+    if not runs:
+        return []
+    w = d["workload"]
+    lines = [
+        "",
+        "## A topic-creation storm (bench/metadata_freeze.py)",
+        "",
+        f"{w['request']} (auto-create on, {w['backend']}), while {w['bystander']}; baseline: "
+        f"{w['baseline']}. The wait is what the client on the other listener waits at most "
+        "for an answer while the request runs.",
+        "",
+        "| run | request s | topics created / refused | other listener: max wait ms "
+        "(baseline) | p99 ms (baseline) | probes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, r in runs.items():
+        b, g = r["baseline"], r["during"]
+        lines.append(
+            f"| {label} | {r['attack_s']} | {r['topics_created']} / {r['topics_refused']} | "
+            f"{g['max_ms']:.1f} ({b['max_ms']:.1f}) | {g['p99_ms']:.1f} ({b['p99_ms']:.1f}) | "
+            f"{g['probes']} |"
+        )
+    return lines
+
+
 def rerun_note(rerun: dict | None) -> str:
     """What a partial run (``--only``) says of itself in the report's header."""
     if not rerun:
@@ -663,6 +697,9 @@ def report(latest: dict, images: list[str]) -> str:
             f"ones, {fmt(idle['active_produce_records_per_s_with_idle'])} with them.",
         ]
     lines += workers_section(latest["drivers"].get("workers", {}).get("result") or {})
+    lines += metadata_freeze_section(
+        latest["drivers"].get("metadata_freeze", {}).get("result") or {}
+    )
     if images:
         lines += ["", "## Charts", ""] + [f"![{i}]({i})" for i in images]
     return "\n".join(lines) + "\n"

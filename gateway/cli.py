@@ -349,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_pipeline_parser(sub)  # gateway pipeline export|import|copy|stats (gateway/pipeline/cli.py)
     add_matrix_parser(sub)  # gateway matrix (gateway/interop/cli.py)
     add_groups_parser(sub)  # gateway groups list|describe|reset-offsets (gateway/groups_cli.py)
+    from gateway.repair import add_parser as add_repair_parser
+
+    add_repair_parser(sub)  # gateway repair (gateway/repair.py)
     return parser
 
 

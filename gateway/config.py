@@ -51,6 +51,13 @@ class ServerConfig:
     shutdown_grace_s: float = 10.0
     max_topics: int = 10_000
     max_partitions_per_topic: int = 10_000
+    max_partitions_total: int = 0
+    """Partitions the whole gateway may hold; 0 derives it from the open-file limit (each
+    embedded-log partition keeps about three files open), so a create is refused with a clear
+    error instead of exhausting the descriptors."""
+    max_topics_created_per_s: float = 100.0
+    """Topic and partition creations per second, explicit or automatic, for the whole process
+    (burst: one second's worth); 0 means unlimited."""
     group_assignment: str = "range"
     """How consumer groups spread partitions: "range" (Kafka's range assignor) or "sticky"
     (members keep their partitions across rebalances, still balanced to within one)."""
@@ -69,6 +76,16 @@ class ServerConfig:
         if self.log_level not in LOG_LEVELS:
             problems.append(
                 f"server.log_level: got {self.log_level!r}, expected one of {LOG_LEVELS}"
+            )
+        if self.max_partitions_total < 0:
+            problems.append(
+                f"server.max_partitions_total: got {self.max_partitions_total}, "
+                "expected 0 (derived from the open-file limit) or a positive count"
+            )
+        if self.max_topics_created_per_s < 0:
+            problems.append(
+                f"server.max_topics_created_per_s: got {self.max_topics_created_per_s}, "
+                "expected 0 (unlimited) or a positive rate"
             )
         if not 1 <= self.default_partitions <= 100_000:
             problems.append(

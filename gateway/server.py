@@ -28,6 +28,7 @@ from gateway.backends.base import Backend
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.core.acl import AclCore, TopicAcl
 from gateway.core.engine import Core
+from gateway.model import GatewayError
 from gateway.observability import (
     CONNECTIONS_OPEN,
     CONNECTIONS_REFUSED,
@@ -103,6 +104,8 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
         default_partitions=config.server.default_partitions,
         max_topics=config.server.max_topics,
         max_partitions_per_topic=config.server.max_partitions_per_topic,
+        max_partitions_total=config.server.max_partitions_total,
+        max_topics_created_per_s=config.server.max_topics_created_per_s,
         group_assignment=config.server.group_assignment,
     )
 
@@ -170,7 +173,10 @@ class Server:
         :func:`freeze_startup_heap`)."""
         async with trio.open_nursery() as background:
             for backend in self.backends.values():
-                await backend.open(background)
+                try:
+                    await backend.open(background)
+                except GatewayError as exc:  # a refused start: one clear line, no traceback
+                    raise SystemExit(f"backends.{backend.name}: {exc.message}") from None
             for name, state in self.listeners.items():
                 task = get_protocol(name).background
                 if task is not None:  # a protocol's listener-wide task (e.g. NATS ingestion)
@@ -548,6 +554,9 @@ def freeze_startup_heap() -> None:
 
 
 async def serve(config: GatewayConfig, reuse_port: bool = False) -> int:
+    from gateway.fdlimit import raise_file_limit
+
+    raise_file_limit(log)  # before the backends open their files
     server = Server(config, reuse_port=reuse_port)
     await server.run(freeze_heap=True)
     return 0
@@ -563,3 +572,12 @@ def run_forever(config: GatewayConfig, reuse_port: bool = False) -> int:
             print(exc.code, file=sys.stderr)
             return 1
         raise
+    except BaseExceptionGroup as group:  # a refusal raised inside the server's nursery
+        refusal, rest = group.split(lambda e: isinstance(e, SystemExit) and isinstance(e.code, str))
+        if refusal is None or rest is not None:
+            raise
+        first: Any = refusal
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        print(first.code, file=sys.stderr)
+        return 1

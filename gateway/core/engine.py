@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import structlog
 import trio
 
 from gateway.backends.base import Backend
@@ -19,6 +20,7 @@ from gateway.core.names import check_command, check_topic
 from gateway.core.partitioner import partition_for_key
 from gateway.core.router import Router
 from gateway.core.waiters import Waiters
+from gateway.fdlimit import default_partition_cap
 from gateway.model import (
     AppendResult,
     CommitOffset,
@@ -53,7 +55,35 @@ from gateway.model import (
     TopicDescription,
     TopicInfo,
 )
-from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY, labelled, snake_case
+from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY, labelled, limit_hit, snake_case
+
+log = structlog.get_logger("gateway.core")
+
+
+class CreationRate:
+    """``max_topics_created_per_s``: a token bucket (burst: one second's worth) shared by every
+    topic or partition creation of the process, explicit or automatic. 0 means unlimited."""
+
+    def __init__(self, per_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_s = per_s
+        self._clock = clock
+        self._tokens = max(1.0, per_s)
+        self._stamp = clock()
+
+    def take(self) -> None:
+        if self.per_s <= 0:
+            return
+        now = self._clock()
+        self._tokens = min(max(1.0, self.per_s), self._tokens + (now - self._stamp) * self.per_s)
+        self._stamp = now
+        if self._tokens < 1:
+            limit_hit("max_topics_created_per_s", "server", log)
+            raise GatewayError(
+                ErrorCode.BACKEND_UNAVAILABLE,
+                f"topics are being created faster than max_topics_created_per_s "
+                f"({self.per_s:g}); retry later",
+            )
+        self._tokens -= 1
 
 
 class Core:
@@ -66,10 +96,16 @@ class Core:
         default_partitions: int = 1,
         max_topics: int = 10_000,
         max_partitions_per_topic: int = 10_000,
+        max_partitions_total: int = 0,
+        max_topics_created_per_s: float = 0,
         group_assignment: str = "range",
     ) -> None:
         self.max_topics = max_topics
         self.max_partitions_per_topic = max_partitions_per_topic
+        self.max_partitions_total = max_partitions_total  # 0: derived from the file limit
+        self.creations = CreationRate(max_topics_created_per_s)
+        self._creating = 0  # partitions of creates under way (reserved against the budgets)
+        self._creating_topics = 0
         self.router = Router(backends, routes)
         self.waiters = Waiters()
         self.groups = GroupCoordinator(
@@ -127,7 +163,10 @@ class Core:
             labelled(BACKEND_LATENCY, backend, name).observe(time.perf_counter() - started)
 
     # ------------------------------------------------------------------ topics
-    async def _check_limits(self, new_topic: bool, partitions: int) -> None:
+    async def _check_limits(self, new_topic: bool, partitions: int, added: int = 0) -> None:
+        """``partitions``: the topic's count after the change; ``added``: how many are new. On
+        success ``added`` is reserved (``_creating``) until the caller's create ends, so
+        concurrent creates cannot all pass the partition budget together."""
         if partitions > self.max_partitions_per_topic:
             raise GatewayError(
                 ErrorCode.INVALID_PARTITIONS,
@@ -135,7 +174,7 @@ class Core:
                 f"({self.max_partitions_per_topic})",
             )
         if new_topic:
-            count = 0
+            count = self._creating_topics
             for backend in self.router.backends.values():
                 count += len(await backend.list_topics())
             if count >= self.max_topics:
@@ -143,13 +182,39 @@ class Core:
                     ErrorCode.INVALID_REQUEST,
                     f"the gateway already has {count} topics (max_topics = {self.max_topics})",
                 )
+        cap = self.max_partitions_total or default_partition_cap()
+        total = 0
+        for backend in self.router.backends.values():
+            total += sum(info.partitions for info in await backend.list_topics())
+        total += self._creating
+        if total + added > cap:
+            limit_hit("max_partitions_total", "server", log, partitions=total, asked=added)
+            raise GatewayError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"the gateway holds {total} partitions; {added} more would exceed "
+                f"max_partitions_total ({cap})",
+            )
+        self.creations.take()
+        self._creating += added
+        self._creating_topics += new_topic
 
     async def _create_topic(self, cmd: CreateTopic) -> TopicInfo:
         partitions = cmd.partitions if cmd.partitions is not None else self.default_partitions
-        await self._check_limits(True, partitions)
-        return await self.router.backend_for(cmd.topic).create_topic(
-            cmd.topic, partitions, cmd.config
-        )
+        try:  # an existing topic is "exists", whatever the budgets say
+            await self.router.backend_for(cmd.topic).topic(cmd.topic)
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_TOPIC:
+                raise
+        else:
+            raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {cmd.topic!r} already exists")
+        await self._check_limits(True, partitions, partitions)
+        try:
+            return await self.router.backend_for(cmd.topic).create_topic(
+                cmd.topic, partitions, cmd.config
+            )
+        finally:
+            self._creating -= partitions
+            self._creating_topics -= 1
 
     async def _delete_topic(self, cmd: DeleteTopic) -> None:
         await self.router.backend_for(cmd.topic).delete_topic(cmd.topic)
@@ -172,13 +237,16 @@ class Core:
         except GatewayError as exc:
             if exc.code is not ErrorCode.UNKNOWN_TOPIC or not (create and self.auto_create_topics):
                 raise
-        await self._check_limits(True, self.default_partitions)
+        await self._check_limits(True, self.default_partitions, self.default_partitions)
         try:
             return await backend.create_topic(name, self.default_partitions)
         except GatewayError as exc:
             if exc.code is ErrorCode.TOPIC_EXISTS:  # created concurrently
                 return await backend.topic(name)
             raise
+        finally:
+            self._creating -= self.default_partitions
+            self._creating_topics -= 1
 
     async def _describe_topic(self, cmd: DescribeTopic) -> TopicDescription:
         info = await self.topic(cmd.topic, cmd.create)
@@ -188,8 +256,11 @@ class Core:
 
     async def _create_partitions(self, cmd: CreatePartitions) -> TopicInfo:
         current = (await self.router.backend_for(cmd.topic).topic(cmd.topic)).partitions
-        await self._check_limits(False, current + cmd.count)
-        return await self.router.backend_for(cmd.topic).create_partitions(cmd.topic, cmd.count)
+        await self._check_limits(False, current + cmd.count, cmd.count)
+        try:
+            return await self.router.backend_for(cmd.topic).create_partitions(cmd.topic, cmd.count)
+        finally:
+            self._creating -= cmd.count
 
     async def _delete_partitions(self, cmd: DeletePartitions) -> TopicInfo:
         info = await self.router.backend_for(cmd.topic).delete_partitions(cmd.topic, cmd.count)
@@ -249,13 +320,18 @@ class Core:
         offset = cmd.offset
         got_records = got_bytes = 0
         while True:
-            new = await backend.read(
-                cmd.topic,
-                cmd.partition,
-                offset,
-                cmd.max_records - got_records,
-                max(1, cmd.max_bytes - got_bytes) if batches else cmd.max_bytes,
-            )
+            try:
+                new = await backend.read(
+                    cmd.topic,
+                    cmd.partition,
+                    offset,
+                    cmd.max_records - got_records,
+                    max(1, cmd.max_bytes - got_bytes) if batches else cmd.max_bytes,
+                )
+            except GatewayError as exc:
+                if exc.code is not ErrorCode.CORRUPT_MESSAGE or not batches:
+                    raise
+                break  # serve what came before the damage; the next fetch reaches it
             for b in new:
                 batches.append(b)
                 got_records += b.count

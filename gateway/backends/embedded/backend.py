@@ -4,7 +4,7 @@ Data directory layout::
 
     LOCK                      flock'ed while open; holds the owner's pid
     CLEAN                     present only after a clean close (indexes trusted on the next open)
-    topics.json               topic metadata (partitions, config), replaced atomically
+    topics.json, .journal     topic metadata (partitions, config): snapshot + appended changes
     kv.log                    the key-value store (committed offsets, group state)
     topics/<topic>/<partition>/<base offset>.log|.index|.timeindex
 
@@ -13,12 +13,16 @@ started after its write returned (group commit: concurrent writers share a round
 a background task fsyncs what was written every N ms; "never": the OS decides. Records become
 visible to readers when acknowledged (with "always": after the fsync). Metadata changes and the
 clean-shutdown marker are always fsynced.
+
+Topic and partition creation and deletion run their file work (mkdir, open, fsync, rmtree) in a
+worker thread, one change at a time: the event loop keeps serving every other client meanwhile.
+A create that fails half-way closes and removes what it made.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -37,10 +41,13 @@ from gateway.backends.base import (
     offset_mismatch,
 )
 from gateway.backends.embedded.config import TOPIC_KEYS, EmbeddedConfig
+from gateway.backends.embedded.files import SegmentFiles
 from gateway.backends.embedded.kv import KvStore
 from gateway.backends.embedded.log import LogSettings, PartitionLog
 from gateway.backends.embedded.payload import encode_payload
 from gateway.backends.embedded.syncer import Syncer
+from gateway.backends.embedded.topictable import TopicTable
+from gateway.fdlimit import default_partition_cap
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -52,8 +59,6 @@ from gateway.model import (
 )
 
 log = structlog.get_logger("gateway.backends.embedded")
-
-METADATA_VERSION = 1
 
 
 @dataclass
@@ -75,8 +80,13 @@ class EmbeddedBackend(Backend):
         *,
         fsync: Callable[[int], None] = os.fsync,
         clock: Callable[[], int] = now_us,
+        repair: bool = False,
     ) -> None:
         super().__init__(name)
+        self.repair = repair
+        """Open damaged partitions by cutting them at the damage (``gateway repair``) instead of
+        refusing to start."""
+        self.repairs: list[str] = []  # what the last open cut or dropped, one line each
         self.config = config or EmbeddedConfig()
         self.data_dir = Path(data_dir or self.config.data_dir or f"data/{name}")
         self._fsync = fsync
@@ -84,6 +94,11 @@ class EmbeddedBackend(Backend):
         self.syncer = Syncer(fsync)
         self.kv = KvStore(self.data_dir / "kv.log", fsync)
         self._topics: dict[str, _Topic] = {}
+        self.table = TopicTable(self.data_dir, fsync)
+        self._meta_lock = trio.Lock()  # one topic/partition change at a time
+        self._meta_limiter = trio.CapacityLimiter(1)
+        self._kv_lock = trio.Lock()
+        self.files: SegmentFiles | None = None  # made at open (the file limit is known then)
         self._lock_fd = -1
         self._background: trio.CancelScope | None = None
         self._is_open = False
@@ -112,8 +127,22 @@ class EmbeddedBackend(Backend):
                 marker.unlink()
                 self._fsync_path(self.data_dir)
             self.topics_dir.mkdir(exist_ok=True)
+            self.files = SegmentFiles(
+                self.name,
+                self.config.max_open_segments or default_partition_cap(),
+            )
             self._load_topics(clean)
             self.kv.open()
+        except OSError as exc:
+            self._close_files()
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            raise GatewayError(
+                ErrorCode.BACKEND_UNAVAILABLE,
+                f"cannot open {exc.filename or self.data_dir}: {exc.strerror}: the data directory "
+                f"holds more partitions than the open-file limit allows (each keeps about three "
+                f"files open); raise the limit (ulimit -n) or remove topics",
+            ) from None
         except BaseException:
             self._close_files()
             raise
@@ -160,6 +189,7 @@ class EmbeddedBackend(Backend):
                 plog.close()
         self._topics.clear()
         self.kv.close()
+        self.table.close()
         if self._lock_fd >= 0:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
@@ -238,16 +268,6 @@ class EmbeddedBackend(Backend):
         os.replace(tmp, path)
         self._fsync_path(path.parent)
 
-    def _save_topics(self) -> None:
-        doc = {
-            "version": METADATA_VERSION,
-            "topics": {
-                name: {"partitions": t.info.partitions, "config": [list(c) for c in t.info.config]}
-                for name, t in sorted(self._topics.items())
-            },
-        }
-        self._write_durably(self.data_dir / "topics.json", json.dumps(doc, indent=1).encode())
-
     def _settings(self, config: tuple[tuple[str, str], ...]) -> LogSettings:
         values = {
             "retention_bytes": self.config.retention_bytes,
@@ -278,29 +298,20 @@ class EmbeddedBackend(Backend):
             settings,
             self.syncer.mark,
             clean,
+            repair=self.repair,
+            files=self.files,
         )
 
     def _load_topics(self, clean: bool) -> None:
-        path = self.data_dir / "topics.json"
         on_disk = sorted(p.name for p in self.topics_dir.iterdir() if p.is_dir())
-        if not path.exists():
+        if not self.table.exists():
             if on_disk:
                 raise GatewayError(
                     ErrorCode.BACKEND_UNAVAILABLE,
-                    f"{path} is missing but {self.topics_dir} holds topics "
+                    f"{self.table.snapshot_path} is missing but {self.topics_dir} holds topics "
                     f"({', '.join(on_disk[:5])}): refusing to guess; restore the file",
                 )
-            return
-        try:
-            doc = json.loads(path.read_bytes())
-            entries = {
-                name: (int(t["partitions"]), tuple((str(k), str(v)) for k, v in t["config"]))
-                for name, t in doc["topics"].items()
-            }
-        except (ValueError, KeyError, TypeError) as exc:
-            raise GatewayError(
-                ErrorCode.BACKEND_UNAVAILABLE, f"{path} is unreadable: {exc}"
-            ) from None
+        entries = self.table.load()
         for name in on_disk:
             if name not in entries:  # deleted (or half created) before a crash
                 log.warning("embedded.recovery.orphan_removed", topic=name)
@@ -313,8 +324,11 @@ class EmbeddedBackend(Backend):
                 if not (p.name.isdigit() and int(p.name) < partitions):
                     log.warning("embedded.recovery.orphan_removed", topic=name, partition=p.name)
                     shutil.rmtree(p, ignore_errors=True)
-            logs = [self._open_log(name, p, settings, clean) for p in range(partitions)]
+            logs: list[PartitionLog] = []
             self._topics[name] = _Topic(TopicInfo(name, partitions, config), settings, logs)
+            for p in range(partitions):  # appended one by one: _close_files sees each opened
+                logs.append(self._open_log(name, p, settings, clean))
+                self.repairs.extend(logs[-1].repairs)
 
     # ------------------------------------------------------------------ topics
     def _topic(self, name: str) -> _Topic:
@@ -333,12 +347,56 @@ class EmbeddedBackend(Backend):
             )
         return t.logs[partition]
 
-    def _new_logs(self, name: str, settings: LogSettings, start: int, stop: int) -> list[Any]:
-        logs = [self._open_log(name, p, settings, True) for p in range(start, stop)]
-        for plog in logs:
-            self._fsync_path(plog.directory)
-        self._fsync_path(self.topics_dir / name)
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking file work in a worker thread (never abandoned: the change completes or
+        fails as a whole even when the requester goes away)."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._meta_limiter)
+
+    def _new_logs(
+        self, name: str, settings: LogSettings, start: int, stop: int, config: Any
+    ) -> list[PartitionLog]:
+        """Create partitions ``start..stop-1`` of ``name`` and record the new count in the topic
+        table, durably. Blocking (runs in a worker thread). On failure nothing stays open and
+        nothing is left on disk, and the error says what ran out."""
+        logs: list[PartitionLog] = []
+        if start == 0:
+            shutil.rmtree(self.topics_dir / name, ignore_errors=True)  # a crash's leftovers
+        try:
+            for p in range(start, stop):
+                logs.append(self._open_log(name, p, settings, True))
+            for plog in logs:
+                self._fsync_path(plog.directory)
+            self._fsync_path(self.topics_dir / name)
+            if start == 0:
+                self._fsync_path(self.topics_dir)
+            self.table.set(name, stop, config)
+        except BaseException as exc:
+            for plog in logs:
+                plog.close()
+            if start == 0:
+                shutil.rmtree(self.topics_dir / name, ignore_errors=True)
+            else:
+                for p in range(start, stop):
+                    shutil.rmtree(self.topics_dir / name / str(p), ignore_errors=True)
+            if isinstance(exc, OSError):
+                what = "topic" if start == 0 else f"partitions {start}..{stop - 1} of topic"
+                log.error("embedded.create_failed", backend=self.name, topic=name, error=str(exc))
+                raise GatewayError(
+                    ErrorCode.BACKEND_UNAVAILABLE,
+                    f"cannot create {what} {name!r}: {exc.strerror}"
+                    + (
+                        " (the process's open-file limit is exhausted)"
+                        if exc.errno in (errno.EMFILE, errno.ENFILE)
+                        else ""
+                    ),
+                ) from None
+            raise
         return logs
+
+    def _compact_if_due(self) -> dict[str, Any] | None:
+        if not self.table.wants_compaction(len(self._topics)):
+            return None
+        return {n: (len(t.logs), t.info.config) for n, t in self._topics.items()}
 
     async def create_topic(
         self, name: str, partitions: int, config: tuple[tuple[str, str], ...] = ()
@@ -346,24 +404,33 @@ class EmbeddedBackend(Backend):
         self._check_open()
         check_topic_name(name)
         check_partitions(partitions)
-        if name in self._topics:
-            raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
         settings = self._settings(tuple(config))
-        shutil.rmtree(self.topics_dir / name, ignore_errors=True)
-        logs = self._new_logs(name, settings, 0, partitions)
-        self._fsync_path(self.topics_dir)
-        info = TopicInfo(name, partitions, tuple(config))
-        self._topics[name] = _Topic(info, settings, logs)
-        self._save_topics()
+        async with self._meta_lock:
+            self._check_open()
+            if name in self._topics:
+                raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
+            logs = await self._off_loop(
+                self._new_logs, name, settings, 0, partitions, tuple(config)
+            )
+            info = TopicInfo(name, partitions, tuple(config))
+            self._topics[name] = _Topic(info, settings, logs)
+            await self._maybe_compact()
         return info
 
+    async def _maybe_compact(self) -> None:
+        entries = self._compact_if_due()
+        if entries is not None:
+            await self._off_loop(self.table.compact, entries)
+
     async def delete_topic(self, name: str) -> None:
-        t = self._topic(name)
-        del self._topics[name]
-        self._save_topics()
-        for plog in t.logs:
-            plog.close()
-        shutil.rmtree(self.topics_dir / name, ignore_errors=True)
+        async with self._meta_lock:
+            t = self._topic(name)
+            await self._off_loop(self.table.delete, name)
+            del self._topics[name]
+            for plog in t.logs:
+                plog.close()
+            await self._off_loop(shutil.rmtree, self.topics_dir / name, True)
+            await self._maybe_compact()
 
     async def list_topics(self) -> list[TopicInfo]:
         self._check_open()
@@ -372,27 +439,40 @@ class EmbeddedBackend(Backend):
     async def topic(self, name: str) -> TopicInfo:
         return self._topic(name).info
 
+    def partition_count(self) -> int:
+        """Partitions this backend holds open (each keeps about three files open)."""
+        return sum(len(t.logs) for t in self._topics.values())
+
     async def create_partitions(self, name: str, count: int) -> TopicInfo:
-        t = self._topic(name)
         if count < 1:
             raise GatewayError(ErrorCode.INVALID_PARTITIONS, f"cannot add {count} partitions")
-        check_partitions(len(t.logs) + count)
-        t.logs.extend(self._new_logs(name, t.settings, len(t.logs), len(t.logs) + count))
-        t.info = TopicInfo(name, len(t.logs), t.info.config)
-        self._save_topics()
+        async with self._meta_lock:
+            t = self._topic(name)
+            start = len(t.logs)
+            check_partitions(start + count)
+            new = await self._off_loop(
+                self._new_logs, name, t.settings, start, start + count, t.info.config
+            )
+            t.logs.extend(new)
+            t.info = TopicInfo(name, len(t.logs), t.info.config)
+            await self._maybe_compact()
         return t.info
 
     async def delete_partitions(self, name: str, count: int) -> TopicInfo:
-        t = self._topic(name)
         if count < 1:
             raise GatewayError(ErrorCode.INVALID_PARTITIONS, f"cannot delete {count} partitions")
-        check_partitions(len(t.logs) - count)
-        removed = t.logs[len(t.logs) - count :]
-        del t.logs[len(t.logs) - count :]
-        t.info = TopicInfo(name, len(t.logs), t.info.config)
-        self._save_topics()
-        for plog in removed:
-            plog.delete()
+        async with self._meta_lock:
+            t = self._topic(name)
+            check_partitions(len(t.logs) - count)
+            await self._off_loop(self.table.set, name, len(t.logs) - count, t.info.config)
+            removed = t.logs[len(t.logs) - count :]
+            del t.logs[len(t.logs) - count :]
+            t.info = TopicInfo(name, len(t.logs), t.info.config)
+            for plog in removed:
+                plog.close()
+            for plog in removed:
+                await self._off_loop(shutil.rmtree, plog.directory, True)
+            await self._maybe_compact()
         return t.info
 
     # ------------------------------------------------------------------ data
@@ -455,15 +535,25 @@ class EmbeddedBackend(Backend):
 
     async def kv_put(self, namespace: str, key: str, value: bytes) -> None:
         self._check_open()
-        self.kv.put(namespace, key, value)
-        self.syncer.mark(self.kv)
+        async with self._kv_lock:  # not while a compaction replaces the file
+            self.kv.put(namespace, key, value)
+            self.syncer.mark(self.kv)
+            await self._kv_compact_if_due()
         await self._kv_durable()
 
     async def kv_delete(self, namespace: str, key: str) -> None:
         self._check_open()
-        if self.kv.delete(namespace, key):
-            self.syncer.mark(self.kv)
+        async with self._kv_lock:
+            deleted = self.kv.delete(namespace, key)
+            if deleted:
+                self.syncer.mark(self.kv)
+                await self._kv_compact_if_due()
+        if deleted:
             await self._kv_durable()
+
+    async def _kv_compact_if_due(self) -> None:
+        if self.kv.compaction_due():  # its fsyncs run off the event loop
+            os.close(await trio.to_thread.run_sync(self.kv.compact_keeping_old))
 
     async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         self._check_open()

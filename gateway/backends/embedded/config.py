@@ -24,6 +24,9 @@ class EmbeddedConfig:
     retention_ms: int = -1
     """Age of a segment's newest record; -1 keeps everything. Topic key ``retention_ms``."""
     retention_check_ms: int = 60_000
+    max_open_segments: int = 0
+    """Descriptors of sealed (read-only) segments kept open, least recently read closed first;
+    0 derives it from the open-file limit (as many as partitions the limit allows)."""
 
     def validate(self) -> list[str]:
         problems = []
@@ -43,6 +46,11 @@ class EmbeddedConfig:
         if self.retention_ms < -1:
             problems.append(
                 f"retention_ms: got {self.retention_ms}, expected -1 (unlimited) or >= 0"
+            )
+        if self.max_open_segments < 0:
+            problems.append(
+                f"max_open_segments: got {self.max_open_segments}, expected 0 (derived from the "
+                "open-file limit) or a positive count"
             )
         if self.retention_check_ms < 1:
             problems.append(f"retention_check_ms: got {self.retention_check_ms}, expected >= 1")

@@ -102,7 +102,6 @@ class KvStore:
             self._live_bytes -= len(entry) - len(value) + len(old)
         self._live_bytes += len(entry)
         self._data[namespace][key] = bytes(value)
-        self._maybe_compact()
 
     def delete(self, namespace: str, key: str) -> bool:
         """True when something was deleted (and written)."""
@@ -113,7 +112,6 @@ class KvStore:
         self._write(entry)
         del self._data[namespace][key]
         self._live_bytes -= len(entry) + len(old)
-        self._maybe_compact()
         return True
 
     def _write(self, entry: bytes) -> None:
@@ -122,12 +120,17 @@ class KvStore:
             written += os.write(self.fd, entry[written:])
         self._file_bytes += len(entry)
 
-    def _maybe_compact(self) -> None:
-        if self._file_bytes < COMPACT_MIN_BYTES or self._file_bytes < 4 * self._live_bytes:
-            return
-        self.compact()
+    def compaction_due(self) -> bool:
+        """The file holds mostly overwritten entries: time for :meth:`compact` (which blocks on
+        the disk: callers run it in a worker thread, with no put or delete meanwhile)."""
+        return self._file_bytes >= COMPACT_MIN_BYTES and self._file_bytes >= 4 * self._live_bytes
 
     def compact(self) -> None:
+        os.close(self.compact_keeping_old())
+
+    def compact_keeping_old(self) -> int:
+        """Compact; returns the old file's descriptor, still open, for the caller to close: a
+        sync round on the event loop may be duplicating ``fd`` while this runs in a thread."""
         tmp = self.path.with_suffix(".compact")
         parts = [_entry(PUT, ns, k, v) for ns, d in self._data.items() for k, v in d.items()]
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -145,9 +148,9 @@ class KvStore:
             self._fsync(dir_fd)
         finally:
             os.close(dir_fd)
-        os.close(self.fd)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_APPEND, 0o644)
+        old, self.fd = self.fd, os.open(self.path, os.O_RDWR | os.O_APPEND, 0o644)
         self._file_bytes = self._live_bytes = len(data)
+        return old
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -1,18 +1,24 @@
 """Group commit: makes written files durable with as few fsyncs as possible.
 
-Writers ``mark`` what they wrote (an object with an ``fd``, or a directory ``Path`` whose entries
-changed) and, under fsync "always", ``await sync_through(ticket)`` with the ticket ``mark``
-returned. One task at a time runs a round: it takes every file marked so far and fsyncs them in a
-worker thread (so the event loop keeps serving); writers that arrive meanwhile wait for the next
-round, which then covers all of them with one fsync per file. A writer returns only after a round
-that started after its write has finished.
+Writers ``mark`` what they wrote (an object with an ``fd`` and a ``path``, or a directory ``Path``
+whose entries changed) and, under fsync "always", ``await sync_through(ticket)`` with the ticket
+``mark`` returned. One task at a time runs a round: it takes every file marked so far and fsyncs
+them in a worker thread (so the event loop keeps serving); writers that arrive meanwhile wait for
+the next round, which then covers all of them with one fsync per file. A writer returns only
+after a round that started after its write has finished.
+
+Running out of descriptors or space fails the writers waiting on that round (retriable) and leaves
+everything marked for the next one; an I/O error from fsync itself stops the log for good (the
+kernel may have dropped the dirty pages), which ``failure`` reports.
 
 The fsync function is injectable (tests prove the ordering with it). It is called with file
-descriptors duplicated for the round, so closing a segment during a round is harmless.
+descriptors duplicated for the round (or opened by path when the target closed its own), so
+closing a segment during a round is harmless.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +27,10 @@ from typing import Any
 import trio
 
 from gateway.model import ErrorCode, GatewayError
+
+TRANSIENT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.ENOMEM})
+"""Errors that say "not now" (no descriptor to sync with, no space), not "the data is gone":
+only other errors of fsync itself (EIO above all) stop the log from acknowledging writes."""
 
 
 class Syncer:
@@ -75,10 +85,24 @@ class Syncer:
                         continue
                 elif target.fd >= 0:
                     fds.append(os.dup(target.fd))
+                elif getattr(target, "path", None) is not None:
+                    # closed since it was written (a sealed segment whose descriptor was let go):
+                    # fsync through any descriptor flushes the file
+                    try:
+                        fds.append(os.open(target.path, os.O_RDONLY))
+                    except FileNotFoundError:  # deleted since
+                        continue
             await trio.to_thread.run_sync(self._fsync_all, fds)
             self._synced = max(self._synced, ticket)
             self.rounds += 1
         except OSError as exc:
+            if exc.errno in TRANSIENT:
+                # out of descriptors or space: nothing was lost, the next round covers it all
+                for target in targets:
+                    self._dirty.setdefault(id(target), target)
+                raise GatewayError(
+                    ErrorCode.BACKEND_UNAVAILABLE, f"cannot sync the embedded log now: {exc}"
+                ) from None
             # after a failed fsync the kernel may have dropped the dirty pages: stop acknowledging
             self.failure = f"fsync failed: {exc}; the embedded log stops accepting writes"
             raise GatewayError(ErrorCode.BACKEND_UNAVAILABLE, self.failure) from exc

@@ -1,0 +1,25 @@
+"""gateway/fdlimit.py: the soft open-file limit is raised to the hard limit at start, and logged."""
+
+from __future__ import annotations
+
+import resource
+
+import structlog
+
+from gateway.fdlimit import raise_file_limit
+
+
+def test_the_soft_limit_is_raised_to_the_hard_limit_and_both_are_logged() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(soft, 256)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            got = raise_file_limit(structlog.get_logger())
+        expected = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        assert got == expected == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        [event] = logs
+        assert event["event"] == "file_limit"
+        assert (event["soft_before"], event["soft"], event["hard"]) == (low, expected, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
