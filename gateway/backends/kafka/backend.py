@@ -42,6 +42,7 @@ from gateway.backends.kafka.records import (
     decode_batches,
     dense_batches,
     encode_batch,
+    only_markers_from,
 )
 from gateway.canonical import CANONICAL
 from gateway.model import (
@@ -731,10 +732,16 @@ class KafkaBackend(Backend):
                         (int(a.producer_id), int(a.first_offset))
                         for a in p.aborted_transactions or ()
                     )
+                data = p.records or b""
+                if 0 <= offset < hw and only_markers_from(data, offset, aborted) >= hw:
+                    # nothing but transaction markers (or aborted records) from here to the
+                    # end: for readers the log ends here (a Kafka 0.8 client cannot skip them,
+                    # and would wait at ``offset`` below a high watermark it never reaches)
+                    hw = offset
                 start = int(p.log_start_offset)
                 self._hw_hint[(topic, partition)] = hw
                 self._fresh[(topic, partition)] = (max(start, 0), hw, trio.current_time())
-                return _Fetched(p.records or b"", hw, start, aborted)
+                return _Fetched(data, hw, start, aborted)
         raise unavailable(f"fetch from {topic}/{partition}: the broker answered no partition")
 
     async def read(

@@ -364,13 +364,19 @@ def _decompress(codec: int, data: bytes, base_offset: int) -> bytes:
 
 
 class _Aborted:
-    """Read-committed filtering (what a Kafka consumer does with a Fetch answer's aborted
-    transactions): a transactional batch of a producer whose transaction was aborted, from the
-    aborted transaction's first offset until that producer's abort marker, is dropped."""
+    """Read-committed filtering (what a Kafka consumer does with a Fetch answer): a
+    transactional batch is dropped when its producer's transaction was aborted, known from the
+    answer's aborted-transactions list (from the aborted transaction's first offset until that
+    producer's abort marker) or from the producer's next marker in the same answer being an
+    abort (brokers that leave the list empty, such as Tansu, still write the markers)."""
 
-    def __init__(self, aborted: Sequence[tuple[int, int]]) -> None:
+    def __init__(self, aborted: Sequence[tuple[int, int]], buf: bytes) -> None:
         self.pending = sorted(aborted, key=lambda a: a[1])  # (producer id, first offset)
         self.active: set[int] = set()
+        self.markers: dict[int, list[tuple[int, int]]] = {}  # pid -> [(offset, type)], in order
+        for base_offset, _last, attrs, pid, rpos in _headers(buf):
+            if attrs & CONTROL_FLAG:
+                self.markers.setdefault(pid, []).append((base_offset, _control_type(buf, rpos)))
 
     def drops(self, attrs: int, pid: int, last_offset: int, buf: bytes, rpos: int) -> bool:
         while self.pending and self.pending[0][1] <= last_offset:
@@ -379,7 +385,29 @@ class _Aborted:
             if pid in self.active and _control_type(buf, rpos) == 0:
                 self.active.discard(pid)
             return True
-        return bool(attrs & TRANSACTIONAL_FLAG) and pid in self.active
+        if not attrs & TRANSACTIONAL_FLAG:
+            return False
+        if pid in self.active:
+            return True
+        following = next((t for o, t in self.markers.get(pid, ()) if o > last_offset), None)
+        return following == 0
+
+
+def _headers(buf: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+    """(base offset, last offset, attributes, producer id, records start) of each complete
+    batch; headers only (nothing decompressed or CRC-checked)."""
+    pos = 0
+    end = len(buf)
+    while pos + HEAD_SIZE + BODY_SIZE <= end:
+        base_offset, length, _epoch, _magic, _crc = BATCH_HEAD.unpack_from(buf, pos)
+        stop = pos + OVERHEAD + length
+        if stop > end or length < HEAD_SIZE - OVERHEAD + BODY_SIZE:
+            return
+        attrs, last_delta, _ts, _mts, pid, _pe, _bs, _n = BATCH_BODY.unpack_from(
+            buf, pos + HEAD_SIZE
+        )
+        yield base_offset, base_offset + last_delta, attrs, pid, pos + HEAD_SIZE + BODY_SIZE
+        pos = stop
 
 
 def _control_type(buf: bytes, rpos: int) -> int:
@@ -393,6 +421,23 @@ def _control_type(buf: bytes, rpos: int) -> int:
     return CONTROL_KEY.unpack_from(buf, kstart)[1]
 
 
+def only_markers_from(
+    buf: bytes, min_offset: int, aborted: Sequence[tuple[int, int]] | None = None
+) -> int:
+    """The offset after the last complete batch of a Fetch record set when nothing from
+    ``min_offset`` on is a record a reader gets (only transaction markers, or records of
+    aborted transactions under read-committed); -1 when there is such a record or no batch."""
+    filt = None if aborted is None else _Aborted(aborted, buf)
+    last = -1
+    for _base, last, attrs, pid, rpos in _headers(buf):
+        if last < min_offset:
+            continue
+        dropped = filt is not None and filt.drops(attrs, pid, last, buf, rpos)
+        if not (dropped or attrs & CONTROL_FLAG):
+            return -1
+    return last + 1 if last >= 0 else -1
+
+
 def _batches(
     buf: bytes, min_offset: int, aborted: Sequence[tuple[int, int]] | None = None
 ) -> Iterator[tuple[int, int, int, bytes, int, int]]:
@@ -403,7 +448,7 @@ def _batches(
     A trailing partial batch (the broker cuts at max bytes) ends the walk."""
     pos = 0
     end = len(buf)
-    filt = None if aborted is None else _Aborted(aborted)
+    filt = None if aborted is None else _Aborted(aborted, buf)
     while pos + HEAD_SIZE <= end:
         base_offset, length, _epoch, magic, crc = BATCH_HEAD.unpack_from(buf, pos)
         stop = pos + OVERHEAD + length
