@@ -132,9 +132,11 @@ class _Process:
 class NatsServer(_Process):
     """nats-server with JetStream, storage in ``store_dir``."""
 
-    def __init__(self, store_dir: Path) -> None:
+    def __init__(self, store_dir: Path, config: str = "", name: str = "") -> None:
         super().__init__()
         self.store_dir = store_dir
+        self.config = config  # nats-server config text (auth, TLS, cluster), beside the flags
+        self.name = name
         self.port = 0
         self.monitor_port = 0
 
@@ -152,9 +154,18 @@ class NatsServer(_Process):
     def start(self) -> NatsServer:
         port = str(self.port) if self.port else "-1"
         self.monitor_port = self.monitor_port or free_port()
+        extra = []
+        if self.config:
+            self.store_dir.mkdir(parents=True, exist_ok=True)
+            conf = self.store_dir / "server.conf"
+            conf.write_text(self.config)
+            extra = ["-c", str(conf)]
+        if self.name:
+            extra += ["-n", self.name]
         self._spawn(
             [
                 nats_server_binary(),
+                *extra,
                 "-a",
                 "127.0.0.1",
                 "-p",
