@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+import structlog
 import trio
 from kio.schema.create_partitions.v1 import request as cp_req
 from kio.schema.create_topics.v3 import request as ct_req
@@ -34,6 +36,7 @@ from gateway.backends.base import (
     offset_mismatch,
     unsupported,
 )
+from gateway.backends.client_tls import client_ssl_context
 from gateway.backends.kafka.connection import BrokerConnection, unavailable
 from gateway.backends.kafka.records import (
     KafkaRecordError,
@@ -44,7 +47,9 @@ from gateway.backends.kafka.records import (
     encode_batch,
     only_markers_from,
 )
+from gateway.backends.kafka.sasl import SaslLogin
 from gateway.canonical import CANONICAL
+from gateway.config import ConfigError
 from gateway.model import (
     APPEND_SENT,
     AppendResult,
@@ -56,6 +61,8 @@ from gateway.model import (
     TopicInfo,
     now_us,
 )
+
+log = structlog.get_logger("gateway.backends.kafka")
 
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -264,6 +271,16 @@ class KafkaBackend(Backend):
         self._ahead: dict[tuple[str, int], _Ahead] = {}
         self._timeout = config.request_timeout_ms / 1000
         self._isolation = ISOLATION_LEVELS[config.isolation]
+        try:
+            self._ssl = (
+                client_ssl_context(config.tls_ca_file, config.tls_cert_file, config.tls_key_file)
+                if config.uses_tls
+                else None
+            )
+            self._sasl = _sasl_login(config)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError([f"backends.{name}: {exc}"]) from None
+        self._last_failure = ""
         self._gate = AppendGate()
 
     # ------------------------------------------------------------------ lifecycle
@@ -305,7 +322,13 @@ class KafkaBackend(Backend):
             last: GatewayError | None = None
             for host, port in addresses:
                 conn = BrokerConnection(
-                    host, port, self.config.client_id, self.config.max_response_bytes
+                    host,
+                    port,
+                    self.config.client_id,
+                    self.config.max_response_bytes,
+                    ssl_context=self._ssl,
+                    server_name=self.config.tls_server_name,
+                    authenticate=self._sasl,
                 )
                 try:
                     await conn.connect(self._nursery, self.config.connect_timeout_ms / 1000)
@@ -313,8 +336,12 @@ class KafkaBackend(Backend):
                     last = exc
                     continue
                 self._conns[key] = conn
+                self._last_failure = ""
                 return conn
             assert last is not None
+            if last.message != self._last_failure:  # once per distinct cause, not per call
+                self._last_failure = last.message
+                log.warning("kafka backend cannot connect", backend=self.name, reason=last.message)
             raise last
 
     async def _call(
@@ -1096,6 +1123,16 @@ class KafkaBackend(Backend):
                     {"offset": int(p.committed_offset), "metadata": p.metadata or ""}
                 ).encode()
         return None
+
+
+def _sasl_login(config: KafkaConfig) -> SaslLogin | None:
+    if not config.sasl_mechanism:
+        return None
+    password = config.sasl_password
+    if config.sasl_password_file:
+        with open(config.sasl_password_file) as f:
+            password = f.read().rstrip("\n")
+    return SaslLogin(config.sasl_mechanism, config.sasl_username, password)
 
 
 def _factory(name: str, options: Any, config: Any) -> Backend:
