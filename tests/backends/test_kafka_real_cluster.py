@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from gateway.backends.kafka import KafkaBackend, KafkaConfig
-from gateway.model import ErrorCode, GatewayError
+from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
 from tests.backends.servers import REPO_ROOT, TansuServer
 from tests.support import GatewayProcess
 
@@ -171,3 +171,26 @@ async def test_backend_isolation_levels_and_the_range_it_names(tansu):
         assert "[0, 8]" in info.value.message
         await b.close()
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_the_gateways_compressed_batches_are_read_by_confluent_kafka(tansu, codec):
+    """``compression``: what the gateway writes, confluent-kafka reads straight from the
+    cluster, keys, values and headers intact."""
+    topic = f"ours-{codec}-{uuid.uuid4().hex[:6]}"
+    b = KafkaBackend("k", KafkaConfig(bootstrap=tansu.bootstrap, compression=codec))
+    records = [
+        Record(f"k{i}".encode(), (f"value {i} " * 30).encode(), (("h", b"x"),)) for i in range(50)
+    ]
+    async with trio.open_nursery() as nursery:
+        await b.open(nursery)
+        await b.create_topic(topic, 1)
+        await b.append(topic, 0, RecordBatch(records[:20]))
+        await b.append(topic, 0, RecordBatch.of(records[20:]))
+        await b.close()
+        nursery.cancel_scope.cancel()
+    got = await trio.to_thread.run_sync(lambda: confluent(tansu, topic, "read", "50"))
+    assert [(r["offset"], r["key"], r["value"]) for r in got] == [
+        (i, f"k{i}", (f"value {i} " * 30)) for i in range(50)
+    ]
+    assert all(r["headers"] == [["h", "x"]] for r in got)

@@ -66,6 +66,7 @@ log = structlog.get_logger("gateway.backends.kafka")
 
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")  # their index is Kafka's codec id
 
 # The one version of each API we speak: inside both Kafka 2.1's and Kafka 4.x's ranges.
 API_VERSIONS = {
@@ -160,6 +161,7 @@ class KafkaConfig:
     max_response_bytes: int = 128 << 20
     read_ahead: bool = True  # see KafkaBackend.read
     isolation: str = "read_committed"  # or "read_uncommitted": see gateway.backends.kafka
+    compression: str = "none"  # of the batches the gateway writes: none|gzip|snappy|lz4|zstd
     # TLS to the brokers (tls = true, or implied by any of the files)
     tls: bool = False
     tls_ca_file: str = ""  # PEM bundle to trust; "" = the system's
@@ -187,6 +189,8 @@ class KafkaConfig:
             path = getattr(self, key)
             if path and not os.path.isfile(path):
                 problems.append(f"{key}: got {path!r}, expected a readable file")
+        if self.compression not in CODECS:
+            problems.append(f"compression: got {self.compression!r}, expected one of {CODECS}")
         if self.sasl_mechanism and self.sasl_mechanism not in SASL_MECHANISMS:
             problems.append(
                 f"sasl_mechanism: got {self.sasl_mechanism!r}, expected one of {SASL_MECHANISMS}"
@@ -271,6 +275,7 @@ class KafkaBackend(Backend):
         self._ahead: dict[tuple[str, int], _Ahead] = {}
         self._timeout = config.request_timeout_ms / 1000
         self._isolation = ISOLATION_LEVELS[config.isolation]
+        self._codec = CODECS.index(config.compression)
         try:
             self._ssl = (
                 client_ssl_context(config.tls_ca_file, config.tls_cert_file, config.tls_key_file)
@@ -621,10 +626,10 @@ class KafkaBackend(Backend):
             return AppendResult(partition, info.high_watermark, info.high_watermark - 1, now)
         block = batch.encoded_as(CANONICAL)
         if block is not None:  # a canonical block (Kafka 0.8 produce): no per-record objects
-            data, count = canonical_to_batch(block, now // 1000)
+            data, count = canonical_to_batch(block, now // 1000, codec=self._codec)
         else:
             records = batch.records
-            data, count = encode_batch(records, now // 1000), len(records)
+            data, count = encode_batch(records, now // 1000, codec=self._codec), len(records)
         base = await self._produce(topic, partition, meta, data)
         self._hw_hint[(topic, partition)] = base + count
         self._fresh.pop((topic, partition), None)

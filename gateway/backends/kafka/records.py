@@ -133,9 +133,13 @@ def _unpack_run(buf: bytes, pos: int, fmt: str, stride: int, n: int) -> list[byt
 # ------------------------------------------------------------------------------------ writing
 
 
-def encode_batch(records: Sequence[Record], now_ms: int, base_offset: int = 0) -> bytes:
-    """One uncompressed v2 batch holding ``records`` (timestamps < 0 get ``now_ms``)."""
-    return canonical_to_batch(CANONICAL.encode(records, starts=False), now_ms, base_offset)[0]
+def encode_batch(
+    records: Sequence[Record], now_ms: int, base_offset: int = 0, codec: int = 0
+) -> bytes:
+    """One v2 batch holding ``records`` (timestamps < 0 get ``now_ms``), compressed with
+    ``codec`` (0: none)."""
+    block = CANONICAL.encode(records, starts=False)
+    return canonical_to_batch(block, now_ms, base_offset, codec)[0]
 
 
 _VARINTS: list[bytes] = []
@@ -220,11 +224,27 @@ def _uniform_canonical(buf: bytes, pos: int, count: int, now_ms: int) -> tuple[b
     return b"".join(parts), ms
 
 
+def compress(codec: int, data: bytes) -> bytes:
+    """``data`` (a batch's records) compressed with ``codec``, as Kafka clients write it:
+    gzip, raw snappy (as librdkafka writes; Kafka's Java client reads it too), an LZ4 frame,
+    a zstd frame."""
+    if codec == 1:
+        gz = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+        return gz.compress(data) + gz.flush()
+    if codec == 2:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == 3:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.compress(data))
+    return data
+
+
 def canonical_to_batch(
-    block: bytes | memoryview, now_ms: int, base_offset: int = 0
+    block: bytes | memoryview, now_ms: int, base_offset: int = 0, codec: int = 0
 ) -> tuple[bytes, int]:
-    """(one uncompressed v2 batch, record count) from a canonical block, building no Record
-    objects (timestamps < 0 get ``now_ms``)."""
+    """(one v2 batch, record count) from a canonical block, building no Record objects
+    (timestamps < 0 get ``now_ms``); its records compressed with ``codec`` (0: none)."""
     buf = bytes(block)
     _version, count, first = records_at(buf)  # version 1 or 3 (its start table not needed)
     uniform = _uniform_canonical(buf, first, count, now_ms) if count >= MIN_RUN else None
@@ -233,7 +253,10 @@ def canonical_to_batch(
         max_ts = base_ts
     else:
         records_bytes, base_ts, max_ts = _canonical_records(buf, first, count, now_ms)
-    after_crc = BATCH_BODY.pack(0, count - 1, base_ts, max_ts, -1, -1, -1, count) + records_bytes
+    if codec:
+        records_bytes = compress(codec, records_bytes)
+    body = BATCH_BODY.pack(codec, count - 1, base_ts, max_ts, -1, -1, -1, count)
+    after_crc = body + records_bytes
     length = 4 + 1 + 4 + len(after_crc)  # leaderEpoch + magic + crc + rest
     head = BATCH_HEAD.pack(base_offset, length, -1, 2, crc32c.crc32c(after_crc))
     return head + after_crc, count
