@@ -246,6 +246,7 @@ class KafkaBackend(Backend):
         delete_partitions=False,  # Kafka cannot remove partitions
         durable=True,
         notifies_appends=False,
+        dense_offsets=False,  # transaction markers, aborted and compacted records
     )
     type_name = "kafka"
 
