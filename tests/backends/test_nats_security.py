@@ -19,6 +19,7 @@ import trustme
 from gateway.backends.nats import NatsBackend, NatsConfig
 from gateway.config import ConfigError
 from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
+from tests.backends.nats_accounts import operator_setup
 from tests.backends.servers import NatsServer, free_port
 
 
@@ -112,6 +113,23 @@ async def test_nkey_seed_file(server_factory, tmp_path):
     config = NatsConfig(url=server.url, nkey_seed_file=str(tmp_path / "user.nk"), **names("nk"))
     async with opened(config) as backend:
         await round_trip(backend)
+
+
+async def test_creds_file_in_operator_mode(server_factory, tmp_path):
+    """A user JWT and its NKey seed (a ``.creds`` file), against a server in operator mode."""
+    workdir = tmp_path / "accounts"
+    workdir.mkdir()
+    conf, creds = operator_setup(workdir)
+    server = server_factory(conf)
+    config = NatsConfig(url=server.url, creds_file=str(creds), **names("cr"))
+    async with opened(config) as backend:
+        await round_trip(backend)
+    other_workdir = tmp_path / "other"
+    other_workdir.mkdir()
+    _, foreign = operator_setup(other_workdir)  # a user of another operator
+    async with opened(NatsConfig(url=server.url, creds_file=str(foreign), **names("cr2"))) as b:
+        healthy, reason = await b.health()
+        assert not healthy and "Authorization Violation" in reason
 
 
 def test_credential_problems_are_config_errors_naming_the_key(tmp_path):
