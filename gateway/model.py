@@ -11,7 +11,11 @@ How each protocol's concepts map onto the model
   topic (its subject is stored with the topic, defaulting to the name); an Iggy stream ``s`` topic
   ``t`` is the topic ``s.t``, except stream ``default`` which holds the undotted names. Iggy
   partition ids are 1-based: the Iggy edge subtracts one.
-- **Offset**: dense, 0-based, per partition. TANK sequence numbers are ``offset + 1`` (0 means
+- **Offset**: 0-based, per partition, increasing but not necessarily dense: a backend may hold
+  offsets with no record behind them (a Kafka cluster's transaction markers, aborted or
+  compacted records; ``Capabilities.dense_offsets`` says whether it can). A record keeps its
+  backend offset on every listener; a :class:`RecordBatch` is always a dense window, so a read
+  across a gap returns one batch per run. TANK sequence numbers are ``offset + 1`` (0 means
   "earliest" on the wire). Kafka, Cursus, Liftbridge and Iggy offsets are offsets.
 - **Timestamps** are microseconds (``timestamp_us``). Kafka, TANK and Cursus milliseconds scale
   exactly (x1000); Liftbridge nanoseconds round to the microsecond; Iggy already uses microseconds.

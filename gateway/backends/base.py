@@ -59,6 +59,10 @@ class Capabilities:
     committed_offsets: bool = True
     """True when committed offsets (key-value namespace ``offsets``) are stored, with their
     metadata: through ``kv_store``, or the upstream protocol's own offset store."""
+    dense_offsets: bool = True
+    """True when every offset below the high watermark holds a record. False (a Kafka cluster:
+    transaction markers, aborted and compacted records): a read may start after the offset asked
+    for and return several batches with gaps between them."""
 
 
 def unsupported(what: str, backend: str) -> GatewayError:
@@ -150,10 +154,11 @@ class Backend(abc.ABC):
     async def read(
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> list[RecordBatch]:
-        """Batches from ``offset`` (the first window starts exactly there), at most
-        ``max_records`` records, stopping once ``max_bytes`` is reached but always returning at
-        least one batch when data exists. ``offset == high watermark`` gives ``[]``.
-        Raises OFFSET_OUT_OF_RANGE outside ``[log start, high watermark]``."""
+        """Batches from ``offset``, at most ``max_records`` records, stopping once ``max_bytes``
+        is reached but always returning at least one batch when data exists. With dense offsets
+        the first window starts exactly at ``offset``; otherwise at the first record at or after
+        it, each batch a dense window (gaps fall between batches). ``offset == high watermark``
+        gives ``[]``. Raises OFFSET_OUT_OF_RANGE outside ``[log start, high watermark]``."""
 
     @abc.abstractmethod
     async def partition_info(self, topic: str, partition: int) -> PartitionInfo: ...

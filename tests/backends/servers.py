@@ -132,9 +132,11 @@ class _Process:
 class NatsServer(_Process):
     """nats-server with JetStream, storage in ``store_dir``."""
 
-    def __init__(self, store_dir: Path) -> None:
+    def __init__(self, store_dir: Path, config: str = "", name: str = "") -> None:
         super().__init__()
         self.store_dir = store_dir
+        self.config = config  # nats-server config text (auth, TLS, cluster), beside the flags
+        self.name = name
         self.port = 0
         self.monitor_port = 0
 
@@ -152,9 +154,18 @@ class NatsServer(_Process):
     def start(self) -> NatsServer:
         port = str(self.port) if self.port else "-1"
         self.monitor_port = self.monitor_port or free_port()
+        extra = []
+        if self.config:
+            self.store_dir.mkdir(parents=True, exist_ok=True)
+            conf = self.store_dir / "server.conf"
+            conf.write_text(self.config)
+            extra = ["-c", str(conf)]
+        if self.name:
+            extra += ["-n", self.name]
         self._spawn(
             [
                 nats_server_binary(),
+                *extra,
                 "-a",
                 "127.0.0.1",
                 "-p",
@@ -185,9 +196,10 @@ class NatsServer(_Process):
 class TansuServer(_Process):
     """Tansu with in-memory storage (its data is gone when it stops)."""
 
-    def __init__(self) -> None:
+    def __init__(self, advertised_port: int = 0) -> None:
         super().__init__()
         self.port = 0
+        self.advertised_port = advertised_port  # a proxy in front of it (TLS terminator)
 
     @property
     def bootstrap(self) -> str:
@@ -203,7 +215,7 @@ class TansuServer(_Process):
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                f"tcp://127.0.0.1:{self.advertised_port or self.port}",
                 "--storage-engine",
                 "memory://tansu/",
             ],
@@ -217,6 +229,30 @@ class TansuServer(_Process):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class HaproxyTls(_Process):
+    """HAProxy terminating TLS (``bind ... ssl crt``) in front of a TCP server on loopback."""
+
+    def __init__(self, workdir: Path, pem: Path, target_port: int, port: int = 0) -> None:
+        super().__init__()
+        self.workdir = workdir
+        self.pem = pem
+        self.target_port = target_port
+        self.port = port or free_port()
+
+    def start(self) -> HaproxyTls:
+        conf = self.workdir / "haproxy-tls.cfg"
+        conf.write_text(
+            "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n"
+            "  timeout server 60s\n"
+            f"frontend tls\n  bind 127.0.0.1:{self.port} ssl crt {self.pem}\n"
+            "  default_backend plain\n"
+            f"backend plain\n  server s 127.0.0.1:{self.target_port}\n"
+        )
+        self._spawn([shutil.which("haproxy") or "/usr/sbin/haproxy", "-db", "-f", str(conf)], "")
+        wait_port(self.port)
+        return self
 
 
 # ------------------------------------------------------------------ conformance-suite factories

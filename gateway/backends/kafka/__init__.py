@@ -8,12 +8,16 @@ Mapping
   translation. Topic config ``retention_ms``/``retention_bytes`` become ``retention.ms``/
   ``retention.bytes``; the gateway's other per-topic settings (a Liftbridge subject, ...) are kept
   in the key-value store (namespace ``_gw.topics``).
-- **Records** travel as uncompressed record batches v2 (one batch per append; acks = all).
+- **Records** travel as record batches v2 (one batch per append; acks = all), compressed with
+  ``compression``.
   Timestamps are Kafka's milliseconds; a non-zero sub-millisecond remainder of the model's
   microseconds travels in the reserved record header ``_gw.us`` and is folded back on read, so
   the round trip is exact and Kafka consumers see the right millisecond timestamp. Fetched
-  batches compressed with gzip are read; other codecs raise CORRUPT_MESSAGE. Control batches of
-  transactions are skipped.
+  batches of every codec are read. Control batches of transactions are skipped; under
+  ``isolation = "read_committed"`` (the default) records of aborted transactions are dropped.
+- **Offsets are increasing, not dense**: a read returns one batch per run of consecutive
+  offsets, each record at the offset the cluster gave it; a read inside a gap gets the records
+  after it.
 - **Conditional appends** (``expected_offset``): Kafka has none, so the partition's
   ``AppendGate`` is held exclusive across a fresh high-watermark read and the produce (plain
   appends hold it shared and still overlap). Producers outside this gateway are not held off:

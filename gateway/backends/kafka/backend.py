@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
+import structlog
 import trio
 from kio.schema.create_partitions.v1 import request as cp_req
 from kio.schema.create_topics.v3 import request as ct_req
@@ -33,15 +36,20 @@ from gateway.backends.base import (
     offset_mismatch,
     unsupported,
 )
+from gateway.backends.client_tls import client_ssl_context
 from gateway.backends.kafka.connection import BrokerConnection, unavailable
 from gateway.backends.kafka.records import (
     KafkaRecordError,
     batches_to_canonical,
     canonical_to_batch,
     decode_batches,
+    dense_batches,
     encode_batch,
+    only_markers_from,
 )
+from gateway.backends.kafka.sasl import SaslLogin
 from gateway.canonical import CANONICAL
+from gateway.config import ConfigError
 from gateway.model import (
     APPEND_SENT,
     AppendResult,
@@ -53,6 +61,12 @@ from gateway.model import (
     TopicInfo,
     now_us,
 )
+
+log = structlog.get_logger("gateway.backends.kafka")
+
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")  # their index is Kafka's codec id
 
 # The one version of each API we speak: inside both Kafka 2.1's and Kafka 4.x's ranges.
 API_VERSIONS = {
@@ -146,6 +160,62 @@ class KafkaConfig:
     metadata_max_age_ms: int = 5_000
     max_response_bytes: int = 128 << 20
     read_ahead: bool = True  # see KafkaBackend.read
+    isolation: str = "read_committed"  # or "read_uncommitted": see gateway.backends.kafka
+    compression: str = "none"  # of the batches the gateway writes: none|gzip|snappy|lz4|zstd
+    # TLS to the brokers (tls = true, or implied by any of the files)
+    tls: bool = False
+    tls_ca_file: str = ""  # PEM bundle to trust; "" = the system's
+    tls_cert_file: str = ""  # client certificate (mutual TLS), with tls_key_file
+    tls_key_file: str = ""
+    tls_server_name: str = ""  # the name to verify; "" = the host of each broker address
+    # SASL (SaslHandshake v1 + SaslAuthenticate); "" = none
+    sasl_mechanism: str = ""  # "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512"
+    sasl_username: str = ""
+    sasl_password: str = ""
+    sasl_password_file: str = ""  # read at start; preferred over sasl_password
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.isolation not in ISOLATION_LEVELS:
+            problems.append(
+                f"isolation: got {self.isolation!r}, expected one of {tuple(ISOLATION_LEVELS)}"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            problems.append(
+                f"tls_cert_file/tls_key_file: got cert={self.tls_cert_file!r} "
+                f"key={self.tls_key_file!r}, expected both or neither"
+            )
+        for key in ("tls_ca_file", "tls_cert_file", "tls_key_file", "sasl_password_file"):
+            path = getattr(self, key)
+            if path and not os.path.isfile(path):
+                problems.append(f"{key}: got {path!r}, expected a readable file")
+        if self.compression not in CODECS:
+            problems.append(f"compression: got {self.compression!r}, expected one of {CODECS}")
+        if self.sasl_mechanism and self.sasl_mechanism not in SASL_MECHANISMS:
+            problems.append(
+                f"sasl_mechanism: got {self.sasl_mechanism!r}, expected one of {SASL_MECHANISMS}"
+            )
+        if self.sasl_mechanism and not self.sasl_username:
+            problems.append("sasl_username: got '', expected a user name with sasl_mechanism")
+        if self.sasl_mechanism and not (self.sasl_password or self.sasl_password_file):
+            problems.append(
+                "sasl_password: got nothing, expected sasl_password or sasl_password_file"
+            )
+        return problems
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or bool(self.tls_ca_file or self.tls_cert_file)
+
+
+class _Fetched(NamedTuple):
+    """One partition of a Fetch answer. ``hw`` is what readers may read up to: the high
+    watermark, or under read-committed the last stable offset."""
+
+    data: bytes
+    hw: int
+    start: int
+    aborted: tuple[tuple[int, int], ...] | None  # (producer id, first offset); None: uncommitted
 
 
 @dataclass
@@ -159,7 +229,7 @@ class _Ahead:
     next_offset: int  # where the read-ahead Fetch starts (last.last_offset + 1)
     done: trio.Event
     max_bytes: int = 1 << 20
-    result: tuple[bytes, int, int] | None = None  # its (record set, high watermark, log start)
+    result: _Fetched | None = None
     result_at: float = 0.0
 
 
@@ -176,6 +246,7 @@ class KafkaBackend(Backend):
         delete_partitions=False,  # Kafka cannot remove partitions
         durable=True,
         notifies_appends=False,
+        dense_offsets=False,  # transaction markers, aborted and compacted records
     )
     type_name = "kafka"
 
@@ -204,6 +275,18 @@ class KafkaBackend(Backend):
         self._fresh: dict[tuple[str, int], tuple[int, int, float]] = {}
         self._ahead: dict[tuple[str, int], _Ahead] = {}
         self._timeout = config.request_timeout_ms / 1000
+        self._isolation = ISOLATION_LEVELS[config.isolation]
+        self._codec = CODECS.index(config.compression)
+        try:
+            self._ssl = (
+                client_ssl_context(config.tls_ca_file, config.tls_cert_file, config.tls_key_file)
+                if config.uses_tls
+                else None
+            )
+            self._sasl = _sasl_login(config)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError([f"backends.{name}: {exc}"]) from None
+        self._last_failure = ""
         self._gate = AppendGate()
 
     # ------------------------------------------------------------------ lifecycle
@@ -245,7 +328,13 @@ class KafkaBackend(Backend):
             last: GatewayError | None = None
             for host, port in addresses:
                 conn = BrokerConnection(
-                    host, port, self.config.client_id, self.config.max_response_bytes
+                    host,
+                    port,
+                    self.config.client_id,
+                    self.config.max_response_bytes,
+                    ssl_context=self._ssl,
+                    server_name=self.config.tls_server_name,
+                    authenticate=self._sasl,
                 )
                 try:
                     await conn.connect(self._nursery, self.config.connect_timeout_ms / 1000)
@@ -253,8 +342,12 @@ class KafkaBackend(Backend):
                     last = exc
                     continue
                 self._conns[key] = conn
+                self._last_failure = ""
                 return conn
             assert last is not None
+            if last.message != self._last_failure:  # once per distinct cause, not per call
+                self._last_failure = last.message
+                log.warning("kafka backend cannot connect", backend=self.name, reason=last.message)
             raise last
 
     async def _call(
@@ -534,10 +627,10 @@ class KafkaBackend(Backend):
             return AppendResult(partition, info.high_watermark, info.high_watermark - 1, now)
         block = batch.encoded_as(CANONICAL)
         if block is not None:  # a canonical block (Kafka 0.8 produce): no per-record objects
-            data, count = canonical_to_batch(block, now // 1000)
+            data, count = canonical_to_batch(block, now // 1000, codec=self._codec)
         else:
             records = batch.records
-            data, count = encode_batch(records, now // 1000), len(records)
+            data, count = encode_batch(records, now // 1000, codec=self._codec), len(records)
         base = await self._produce(topic, partition, meta, data)
         self._hw_hint[(topic, partition)] = base + count
         self._fresh.pop((topic, partition), None)
@@ -616,24 +709,25 @@ class KafkaBackend(Backend):
     async def _fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, max_records: int = 1 << 62
     ) -> tuple[list[Record], int, int]:
-        data, hw, start = await self._fetch_raw(topic, partition, offset, max_bytes)
+        got = await self._fetch_raw(topic, partition, offset, max_bytes)
         try:
-            return decode_batches(data, offset, max_records), hw, start
+            return decode_batches(got.data, offset, max_records, got.aborted), got.hw, got.start
         except KafkaRecordError as exc:
             raise GatewayError(ErrorCode.CORRUPT_MESSAGE, f"{topic}/{partition}: {exc}") from exc
 
     async def _fetch_raw(
         self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int = 1
-    ) -> tuple[bytes, int, int]:
-        """(the record set, high watermark, log start) of one Fetch. ``wait_ms``: the broker's
-        max wait (min bytes is 1, so it answers as soon as it has a record)."""
+    ) -> _Fetched:
+        """One Fetch of one partition. ``wait_ms``: the broker's max wait (min bytes is 1, so
+        it answers as soon as it has a record). Under read-committed the broker answers up to
+        the last stable offset, with the aborted transactions among the batches it sends."""
         meta = await self._topic_meta(topic, partition)
         request = fetch_req.FetchRequest(
             replica_id=i32(-1),
             max_wait=_ms(wait_ms),  # Tansu answers a zero wait with no partitions at all
             min_bytes=i32(1),
             max_bytes=i32(max(max_bytes, 1)),
-            isolation_level=i8(0),
+            isolation_level=i8(self._isolation),
             session_id=i32(0),
             session_epoch=i32(-1),
             topics=(
@@ -662,10 +756,25 @@ class KafkaBackend(Backend):
                         topic, partition, p.error_code, f"fetch from {topic}/{partition}"
                     )
                 hw = int(p.high_watermark)
+                aborted = None
+                if self._isolation:
+                    lso = int(p.last_stable_offset)
+                    if 0 <= lso < hw:
+                        hw = lso
+                    aborted = tuple(
+                        (int(a.producer_id), int(a.first_offset))
+                        for a in p.aborted_transactions or ()
+                    )
+                data = p.records or b""
+                if 0 <= offset < hw and only_markers_from(data, offset, aborted) >= hw:
+                    # nothing but transaction markers (or aborted records) from here to the
+                    # end: for readers the log ends here (a Kafka 0.8 client cannot skip them,
+                    # and would wait at ``offset`` below a high watermark it never reaches)
+                    hw = offset
                 start = int(p.log_start_offset)
                 self._hw_hint[(topic, partition)] = hw
                 self._fresh[(topic, partition)] = (max(start, 0), hw, trio.current_time())
-                return p.records or b"", hw, start
+                return _Fetched(data, hw, start, aborted)
         raise unavailable(f"fetch from {topic}/{partition}: the broker answered no partition")
 
     async def read(
@@ -691,29 +800,33 @@ class KafkaBackend(Backend):
             if served is not None:
                 return served
             self._ahead.pop((topic, partition), None)
-        data, hw, start = await self._fetch_raw(topic, partition, offset, max_bytes)
-        batch = self._batch_from(topic, partition, data, offset, max_records, max_bytes)
-        if batch is None and 0 <= offset < hw:
-            # records exist there but none came: the first batch is larger than max_bytes and
-            # the broker sent a partial one, or (Tansu, loaded) its 1 ms wait ran out first
+        got = await self._fetch_raw(topic, partition, offset, max_bytes)
+        self._check_range(topic, partition, offset, got)
+        batches = self._batch_from(topic, partition, got, offset, max_records, max_bytes)
+        if not batches and 0 <= offset < got.hw:
+            # records may exist there but none came: the first batch is larger than max_bytes
+            # and the broker sent a partial one, or (Tansu, loaded) its 1 ms wait ran out first;
+            # or only transaction markers or aborted records lie between here and ``hw``
             room = max(max_bytes, 1 << 24)
-            data, hw, start = await self._fetch_raw(topic, partition, offset, room, wait_ms=500)
-            batch = self._batch_from(topic, partition, data, offset, max_records, room)
-        if batch is None:
-            if start >= 0 and offset < start or offset > hw:
-                raise GatewayError(
-                    ErrorCode.OFFSET_OUT_OF_RANGE,
-                    f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
-                )
-            return []
-        if offset < 0 or batch.first_offset != offset:
+            got = await self._fetch_raw(topic, partition, offset, room, wait_ms=500)
+            self._check_range(topic, partition, offset, got)
+            batches = self._batch_from(topic, partition, got, offset, max_records, room)
+        if batches and ahead is None and self.config.read_ahead:  # not after a miss: two
+            # consumers at other offsets would thrash
+            self._read_ahead(topic, partition, batches[-1], got.hw, max_bytes)
+        return batches
+
+    @staticmethod
+    def _check_range(topic: str, partition: int, offset: int, got: _Fetched) -> None:
+        """OFFSET_OUT_OF_RANGE only outside [log start, high watermark]: an offset inside a gap
+        (a transaction marker, aborted or compacted records) reads the records after it."""
+        start = max(got.start, 0)
+        if offset < start or offset > got.hw:
             raise GatewayError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"offset {offset} is outside [{start}, {hw}] of {topic}/{partition}",
+                f"offset {offset} of {topic}/{partition} is outside its range "
+                f"[{start}, {got.hw}] (log start, high watermark)",
             )
-        if ahead is None and self.config.read_ahead:  # not after a miss: two consumers at
-            self._read_ahead(topic, partition, batch, hw, max_bytes)  # other offsets would thrash
-        return [batch]
 
     async def _read_from_ahead(
         self,
@@ -742,17 +855,17 @@ class KafkaBackend(Backend):
         await ahead.done.wait()
         if ahead.result is None or trio.current_time() - ahead.result_at >= AHEAD_S:
             return out or None
-        data, hw, start = ahead.result
+        got = ahead.result
         left = max_records - sum(b.count for b in out)
-        following = self._batch_from(topic, partition, data, ahead.next_offset, left)
-        if following is None or following.first_offset != ahead.next_offset:
+        following = self._batch_from(topic, partition, got, ahead.next_offset, left)
+        if not following or following[0].first_offset != ahead.next_offset:
             return out or None
-        out.append(following)
+        out.extend(following)
         # the core asks for the high watermark next: the one of this answer, as if it had just
         # arrived (it is at most AHEAD_S old; every Fetch answer is a little)
-        self._fresh[(topic, partition)] = (max(start, 0), hw, trio.current_time())
+        self._fresh[(topic, partition)] = (max(got.start, 0), got.hw, trio.current_time())
         self._ahead.pop((topic, partition), None)
-        self._read_ahead(topic, partition, following, hw, ahead.max_bytes)
+        self._read_ahead(topic, partition, following[-1], got.hw, ahead.max_bytes)
         return out
 
     def _read_ahead(
@@ -787,34 +900,36 @@ class KafkaBackend(Backend):
         self,
         topic: str,
         partition: int,
-        data: bytes,
+        got: _Fetched,
         offset: int,
         max_records: int,
         max_bytes: int = 1 << 62,
-    ) -> RecordBatch | None:
-        """The records from ``offset`` in a Fetch answer; a canonical block stops converting at
-        ``max_bytes`` (the broker sends whole batches beyond it, which the reader would drop)."""
+    ) -> list[RecordBatch]:
+        """The records from ``offset`` in a Fetch answer, as batches of consecutive offsets: one
+        canonical block when they are dense (no per-record objects; it stops converting at
+        ``max_bytes``, as the broker sends whole batches beyond it, which the reader would drop),
+        else decoded records cut at every gap (transaction markers, aborted transactions,
+        compaction), each batch keeping the offsets the cluster gave its records."""
         try:
-            canonical = batches_to_canonical(data, max(offset, 0), max_records, max_bytes)
+            canonical = batches_to_canonical(
+                got.data, max(offset, 0), max_records, max_bytes, got.aborted
+            )
             if canonical is not None:
                 block, count, max_ts = canonical
                 if not count:
-                    return None
-                return RecordBatch(
+                    return []
+                batch = RecordBatch(
                     encoded=block,
                     codec=CANONICAL,
                     count=count,
                     base_offset=offset,
                     max_timestamp_us=max_ts,
                 )
-            records = decode_batches(data, max(offset, 0), max_records)
+                return [batch]
+            records = decode_batches(got.data, max(offset, 0), max_records, got.aborted)
+            return dense_batches(records)
         except KafkaRecordError as exc:
             raise GatewayError(ErrorCode.CORRUPT_MESSAGE, f"{topic}/{partition}: {exc}") from exc
-        if not records:
-            return None
-        batch = RecordBatch(records, base_offset=records[0].offset)
-        batch.max_timestamp_us = max(r.timestamp_us for r in records)
-        return batch
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_us: int) -> int:
         """ListOffsets by the millisecond, then a scan for the microsecond (the sub-millisecond
@@ -1014,6 +1129,16 @@ class KafkaBackend(Backend):
                     {"offset": int(p.committed_offset), "metadata": p.metadata or ""}
                 ).encode()
         return None
+
+
+def _sasl_login(config: KafkaConfig) -> SaslLogin | None:
+    if not config.sasl_mechanism:
+        return None
+    password = config.sasl_password
+    if config.sasl_password_file:
+        with open(config.sasl_password_file) as f:
+            password = f.read().rstrip("\n")
+    return SaslLogin(config.sasl_mechanism, config.sasl_username, password)
 
 
 def _factory(name: str, options: Any, config: Any) -> Backend:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import io
 import itertools
+import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -48,13 +49,28 @@ class _Slot:
         self.response_cls = response_cls
 
 
+Authenticate = Callable[["BrokerConnection"], Awaitable[None]]
+
+
 class BrokerConnection:
-    def __init__(self, host: str, port: int, client_id: str, max_response_bytes: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        max_response_bytes: int,
+        ssl_context: ssl.SSLContext | None = None,
+        server_name: str = "",
+        authenticate: Authenticate | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.max_response_bytes = max_response_bytes
-        self._stream: trio.SocketStream | None = None
+        self.ssl_context = ssl_context
+        self.server_name = server_name
+        self.authenticate = authenticate  # SASL, run once connected, before any other request
+        self._stream: trio.abc.Stream | None = None
         self._correlation = itertools.count(1)
         self._pending: dict[int, _Slot] = {}
         self._send_lock = trio.Lock()
@@ -63,13 +79,35 @@ class BrokerConnection:
     async def connect(self, nursery: trio.Nursery, timeout: float) -> None:
         try:
             with trio.fail_after(timeout):
-                self._stream = await trio.open_tcp_stream(self.host, self.port)
-        except (OSError, trio.TooSlowError) as exc:
+                sock = await trio.open_tcp_stream(self.host, self.port)
+                if self.ssl_context is None:
+                    self._stream = sock
+                else:
+                    tls = trio.SSLStream(
+                        sock, self.ssl_context, server_hostname=self.server_name or self.host
+                    )
+                    try:
+                        await tls.do_handshake()
+                    except BaseException:
+                        await trio.aclose_forcefully(sock)
+                        raise
+                    self._stream = tls
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             self.closed = True
+            if isinstance(exc, trio.BrokenResourceError):  # trio's wrapper of an SSL error
+                reason = f"TLS handshake failed: {exc.__cause__ or exc}"
+            else:
+                reason = str(exc) or type(exc).__name__
             raise unavailable(
-                f"cannot connect to Kafka broker {self.host}:{self.port}: {exc}"
+                f"cannot connect to Kafka broker {self.host}:{self.port}: {reason}"
             ) from None
         nursery.start_soon(self._reader)
+        if self.authenticate is not None:
+            try:
+                await self.authenticate(self)
+            except BaseException:
+                await self.aclose()
+                raise
 
     def _fail_all(self, reason: str) -> None:
         self.closed = True

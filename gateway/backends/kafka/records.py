@@ -41,13 +41,14 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 
+import cramjam
 import crc32c
 
 from gateway.canonical import CANONICAL, block_head, new_starts, records_at
 from gateway.canonical import FIELD as CANON_FIELD
 from gateway.canonical import HEADER as CANON_HEADER
 from gateway.canonical import RECORD as CANON_RECORD
-from gateway.model import RESERVED_HEADER_PREFIX, Record
+from gateway.model import RESERVED_HEADER_PREFIX, Record, RecordBatch
 
 US_HEADER = RESERVED_HEADER_PREFIX + "us"
 _US_NAME = US_HEADER.encode()
@@ -132,9 +133,13 @@ def _unpack_run(buf: bytes, pos: int, fmt: str, stride: int, n: int) -> list[byt
 # ------------------------------------------------------------------------------------ writing
 
 
-def encode_batch(records: Sequence[Record], now_ms: int, base_offset: int = 0) -> bytes:
-    """One uncompressed v2 batch holding ``records`` (timestamps < 0 get ``now_ms``)."""
-    return canonical_to_batch(CANONICAL.encode(records, starts=False), now_ms, base_offset)[0]
+def encode_batch(
+    records: Sequence[Record], now_ms: int, base_offset: int = 0, codec: int = 0
+) -> bytes:
+    """One v2 batch holding ``records`` (timestamps < 0 get ``now_ms``), compressed with
+    ``codec`` (0: none)."""
+    block = CANONICAL.encode(records, starts=False)
+    return canonical_to_batch(block, now_ms, base_offset, codec)[0]
 
 
 _VARINTS: list[bytes] = []
@@ -219,11 +224,27 @@ def _uniform_canonical(buf: bytes, pos: int, count: int, now_ms: int) -> tuple[b
     return b"".join(parts), ms
 
 
+def compress(codec: int, data: bytes) -> bytes:
+    """``data`` (a batch's records) compressed with ``codec``, as Kafka clients write it:
+    gzip, raw snappy (as librdkafka writes; Kafka's Java client reads it too), an LZ4 frame,
+    a zstd frame."""
+    if codec == 1:
+        gz = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+        return gz.compress(data) + gz.flush()
+    if codec == 2:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == 3:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.compress(data))
+    return data
+
+
 def canonical_to_batch(
-    block: bytes | memoryview, now_ms: int, base_offset: int = 0
+    block: bytes | memoryview, now_ms: int, base_offset: int = 0, codec: int = 0
 ) -> tuple[bytes, int]:
-    """(one uncompressed v2 batch, record count) from a canonical block, building no Record
-    objects (timestamps < 0 get ``now_ms``)."""
+    """(one v2 batch, record count) from a canonical block, building no Record objects
+    (timestamps < 0 get ``now_ms``); its records compressed with ``codec`` (0: none)."""
     buf = bytes(block)
     _version, count, first = records_at(buf)  # version 1 or 3 (its start table not needed)
     uniform = _uniform_canonical(buf, first, count, now_ms) if count >= MIN_RUN else None
@@ -232,7 +253,10 @@ def canonical_to_batch(
         max_ts = base_ts
     else:
         records_bytes, base_ts, max_ts = _canonical_records(buf, first, count, now_ms)
-    after_crc = BATCH_BODY.pack(0, count - 1, base_ts, max_ts, -1, -1, -1, count) + records_bytes
+    if codec:
+        records_bytes = compress(codec, records_bytes)
+    body = BATCH_BODY.pack(codec, count - 1, base_ts, max_ts, -1, -1, -1, count)
+    after_crc = body + records_bytes
     length = 4 + 1 + 4 + len(after_crc)  # leaderEpoch + magic + crc + rest
     head = BATCH_HEAD.pack(base_offset, length, -1, 2, crc32c.crc32c(after_crc))
     return head + after_crc, count
@@ -313,41 +337,169 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     return (z >> 1) ^ -(z & 1), pos
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+TRANSACTIONAL_FLAG = 0x10
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"  # the Java client's snappy-java framing
+_XERIAL_BLOCK = struct.Struct(">i")
+CONTROL_KEY = struct.Struct(">hh")  # version, type (0 abort, 1 commit)
+
+
+def _unsnappy(data: bytes) -> bytes:
+    """Raw snappy (librdkafka), or snappy-java's framing (the Java client): a 16-byte header,
+    then blocks of a 4-byte length and raw snappy."""
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = []
+    pos = 16
+    while pos + 4 <= len(data):
+        (n,) = _XERIAL_BLOCK.unpack_from(data, pos)
+        pos += 4
+        if n < 0 or pos + n > len(data):
+            raise KafkaRecordError(f"snappy block of {n} bytes runs past its batch")
+        out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + n])))
+        pos += n
+    return b"".join(out)
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    """The records of a batch compressed with ``codec`` (the attributes' low 3 bits)."""
     if codec == 1:
         return zlib.decompress(data, 16 + zlib.MAX_WBITS)
-    raise KafkaRecordError(f"compression codec {codec} is not supported (only none and gzip are)")
+    if codec == 2:
+        return _unsnappy(data)
+    if codec == 3:
+        return bytes(cramjam.lz4.decompress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.decompress(data))
+    raise KafkaRecordError(f"compression codec {codec} is not a Kafka codec")
 
 
-def _batches(buf: bytes, min_offset: int) -> Iterator[tuple[int, int, int, bytes, int, int]]:
-    """The walk over a Fetch record set: ``(base offset, base timestamp, record count, buffer,
-    start, end)`` of each data batch holding offsets >= ``min_offset``, CRC checked, decompressed.
-    Control batches are skipped; a trailing partial batch (the broker cuts at max bytes) ends the
-    walk."""
+def _decompress(codec: int, data: bytes, base_offset: int) -> bytes:
+    try:
+        return decompress(codec, data)
+    except KafkaRecordError:
+        raise
+    except Exception as exc:  # each codec library raises its own error type
+        name = CODEC_NAMES.get(codec, str(codec))
+        raise KafkaRecordError(
+            f"the {name} batch at offset {base_offset} does not decompress: {exc}"
+        ) from None
+
+
+class _Aborted:
+    """Read-committed filtering (what a Kafka consumer does with a Fetch answer): a
+    transactional batch is dropped when its producer's transaction was aborted, known from the
+    answer's aborted-transactions list (from the aborted transaction's first offset until that
+    producer's abort marker) or from the producer's next marker in the same answer being an
+    abort (brokers that leave the list empty, such as Tansu, still write the markers)."""
+
+    def __init__(self, aborted: Sequence[tuple[int, int]], buf: bytes) -> None:
+        self.pending = sorted(aborted, key=lambda a: a[1])  # (producer id, first offset)
+        self.active: set[int] = set()
+        self.markers: dict[int, list[tuple[int, int]]] = {}  # pid -> [(offset, type)], in order
+        for base_offset, _last, attrs, pid, rpos in _headers(buf):
+            if attrs & CONTROL_FLAG:
+                self.markers.setdefault(pid, []).append((base_offset, _control_type(buf, rpos)))
+
+    def drops(self, attrs: int, pid: int, last_offset: int, buf: bytes, rpos: int) -> bool:
+        while self.pending and self.pending[0][1] <= last_offset:
+            self.active.add(self.pending.pop(0)[0])
+        if attrs & CONTROL_FLAG:
+            if pid in self.active and _control_type(buf, rpos) == 0:
+                self.active.discard(pid)
+            return True
+        if not attrs & TRANSACTIONAL_FLAG:
+            return False
+        if pid in self.active:
+            return True
+        following = next((t for o, t in self.markers.get(pid, ()) if o > last_offset), None)
+        return following == 0
+
+
+def _headers(buf: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+    """(base offset, last offset, attributes, producer id, records start) of each complete
+    batch; headers only (nothing decompressed or CRC-checked)."""
     pos = 0
     end = len(buf)
+    while pos + HEAD_SIZE + BODY_SIZE <= end:
+        base_offset, length, _epoch, _magic, _crc = BATCH_HEAD.unpack_from(buf, pos)
+        stop = pos + OVERHEAD + length
+        if stop > end or length < HEAD_SIZE - OVERHEAD + BODY_SIZE:
+            return
+        attrs, last_delta, _ts, _mts, pid, _pe, _bs, _n = BATCH_BODY.unpack_from(
+            buf, pos + HEAD_SIZE
+        )
+        yield base_offset, base_offset + last_delta, attrs, pid, pos + HEAD_SIZE + BODY_SIZE
+        pos = stop
+
+
+def _control_type(buf: bytes, rpos: int) -> int:
+    """The type of a control batch's (first) record: 0 abort, 1 commit, -1 unreadable."""
+    try:
+        _end, _ts, _off, klen, kstart, _vl, _vs, _h = _read_record(buf, rpos)
+    except (IndexError, struct.error, KafkaRecordError):
+        return -1
+    if klen < CONTROL_KEY.size:
+        return -1
+    return CONTROL_KEY.unpack_from(buf, kstart)[1]
+
+
+def only_markers_from(
+    buf: bytes, min_offset: int, aborted: Sequence[tuple[int, int]] | None = None
+) -> int:
+    """The offset after the last complete batch of a Fetch record set when nothing from
+    ``min_offset`` on is a record a reader gets (only transaction markers, or records of
+    aborted transactions under read-committed); -1 when there is such a record or no batch."""
+    filt = None if aborted is None else _Aborted(aborted, buf)
+    last = -1
+    for _base, last, attrs, pid, rpos in _headers(buf):
+        if last < min_offset:
+            continue
+        dropped = filt is not None and filt.drops(attrs, pid, last, buf, rpos)
+        if not (dropped or attrs & CONTROL_FLAG):
+            return -1
+    return last + 1 if last >= 0 else -1
+
+
+def _batches(
+    buf: bytes, min_offset: int, aborted: Sequence[tuple[int, int]] | None = None
+) -> Iterator[tuple[int, int, int, bytes, int, int]]:
+    """The walk over a Fetch record set: ``(base offset, base timestamp, record count, buffer,
+    start, end)`` of each data batch holding offsets >= ``min_offset``, CRC checked, decompressed.
+    Control batches are skipped; with ``aborted`` (the Fetch answer's aborted transactions, as
+    (producer id, first offset), for read-committed) the batches of aborted transactions too.
+    A trailing partial batch (the broker cuts at max bytes) ends the walk."""
+    pos = 0
+    end = len(buf)
+    filt = None if aborted is None else _Aborted(aborted, buf)
     while pos + HEAD_SIZE <= end:
         base_offset, length, _epoch, magic, crc = BATCH_HEAD.unpack_from(buf, pos)
         stop = pos + OVERHEAD + length
         if stop > end:
             return
         if magic != 2:
-            raise KafkaRecordError(f"record batch magic {magic} is not supported")
+            raise KafkaRecordError(
+                f"record batch magic {magic} at offset {base_offset} is not supported"
+            )
         body_start = pos + HEAD_SIZE
         if stop < body_start + BODY_SIZE:
-            raise KafkaRecordError(f"record batch of {length} bytes is too short")
+            raise KafkaRecordError(
+                f"record batch of {length} bytes at offset {base_offset} is too short"
+            )
         if crc32c.crc32c(buf[body_start:stop]) != crc:
             raise KafkaRecordError(f"CRC mismatch in the batch at offset {base_offset}")
-        attrs, last_delta, base_ts, _max_ts, _pid, _pepoch, _bseq, count = BATCH_BODY.unpack_from(
+        attrs, last_delta, base_ts, _max_ts, pid, _pepoch, _bseq, count = BATCH_BODY.unpack_from(
             buf, body_start
         )
         pos = stop
+        rpos = body_start + BODY_SIZE
+        if filt is not None and filt.drops(attrs, pid, base_offset + last_delta, buf, rpos):
+            continue
         if attrs & CONTROL_FLAG or base_offset + last_delta < min_offset:
             continue
-        rpos = body_start + BODY_SIZE
         codec = attrs & COMPRESSION_MASK
         if codec:
-            data = _decompress(codec, buf[rpos:stop])
+            data = _decompress(codec, buf[rpos:stop], base_offset)
             yield base_offset, base_ts, count, data, 0, len(data)
         else:
             yield base_offset, base_ts, count, buf, rpos, stop
@@ -395,16 +547,21 @@ def _read_record(
 
 
 def decode_batches(
-    data: bytes | memoryview, min_offset: int = 0, max_records: int = 1 << 62
+    data: bytes | memoryview,
+    min_offset: int = 0,
+    max_records: int = 1 << 62,
+    aborted: Sequence[tuple[int, int]] | None = None,
 ) -> list[Record]:
     """The records with offset >= ``min_offset`` in a Fetch response's record set, at most
     ``max_records``. A trailing partial batch (the broker cuts at max bytes) is ignored;
-    control batches are skipped."""
+    control batches are skipped, and with ``aborted`` aborted transactions (see _batches)."""
     out: list[Record] = []
     if max_records <= 0:
         return out
     try:
-        for base_offset, base_ts, count, rbuf, rpos, _rend in _batches(bytes(data), min_offset):
+        for base_offset, base_ts, count, rbuf, rpos, _rend in _batches(
+            bytes(data), min_offset, aborted
+        ):
             for _ in range(count):
                 rpos, ts_delta, off_delta, klen, kstart, vlen, vstart, raw = _read_record(
                     rbuf, rpos
@@ -436,6 +593,31 @@ def decode_batches(
     except (IndexError, struct.error) as exc:
         raise KafkaRecordError(f"truncated record: {exc}") from None
     return out
+
+
+def dense_batches(records: Sequence[Record]) -> list[RecordBatch]:
+    """Decoded records (offsets increasing, with gaps) as batches of consecutive offsets, each
+    keeping its records' own offsets: the model's batches are dense windows."""
+    out: list[RecordBatch] = []
+    run: list[Record] = []
+    for r in records:
+        if run and r.offset != run[-1].offset + 1:
+            if r.offset <= run[-1].offset:
+                raise KafkaRecordError(
+                    f"offset {r.offset} follows offset {run[-1].offset}: offsets must increase"
+                )
+            out.append(_run_batch(run))
+            run = []
+        run.append(r)
+    if run:
+        out.append(_run_batch(run))
+    return out
+
+
+def _run_batch(run: list[Record]) -> RecordBatch:
+    batch = RecordBatch(run, base_offset=run[0].offset)
+    batch.max_timestamp_us = max(r.timestamp_us for r in run)
+    return batch
 
 
 # ------------------------------------------------------------------ v2 -> canonical
@@ -548,7 +730,11 @@ class _Run:
 
 
 def batches_to_canonical(
-    data: bytes | memoryview, min_offset: int, max_records: int, max_bytes: int = 1 << 62
+    data: bytes | memoryview,
+    min_offset: int,
+    max_records: int,
+    max_bytes: int = 1 << 62,
+    aborted: Sequence[tuple[int, int]] | None = None,
 ) -> tuple[bytes, int, int] | None:
     """(canonical block, record count, max timestamp µs) of the records from ``min_offset`` on
     (at most ``max_records``, and records only until the block reaches ``max_bytes``: brokers
@@ -569,7 +755,7 @@ def batches_to_canonical(
     max_bytes = max(max_bytes - CANON_HEADER.size, 1)  # of the records: at least one
     min_ts = max_ts = -1
     try:
-        for base_offset, base_ts, n, rbuf, rpos, rend in _batches(bytes(data), min_offset):
+        for base_offset, base_ts, n, rbuf, rpos, rend in _batches(bytes(data), min_offset, aborted):
             if count >= max_records or size >= max_bytes:
                 break
             i = 0

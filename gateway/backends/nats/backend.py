@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,8 +22,11 @@ from gateway.backends.base import (
     check_topic_name,
     offset_mismatch,
 )
+from gateway.backends.client_tls import client_ssl_context
+from gateway.backends.nats.auth import Credentials, NatsAuthError
 from gateway.backends.nats.client import STATUS_NO_RESPONDERS, NatsClient, unavailable
 from gateway.backends.nats.protocol import Msg, encode_headers
+from gateway.config import ConfigError
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -51,6 +55,19 @@ MAX_SEQUENCE = (1 << 63) - 1  # offsets are int64 everywhere (Kafka); JetStream'
 @dataclass(frozen=True, slots=True)
 class NatsConfig:
     url: str = "nats://127.0.0.1:4222"
+    urls: tuple[str, ...] = ()  # several servers of one cluster (then ``url`` is not used)
+    # TLS (tls = true, or implied by any of the files); the server may also require it
+    tls: bool = False
+    tls_ca_file: str = ""  # PEM bundle to trust; "" = the system's
+    tls_cert_file: str = ""  # client certificate (mutual TLS), with tls_key_file
+    tls_key_file: str = ""
+    tls_server_name: str = ""  # the name to verify; "" = each server's host
+    # credentials: at most one of user/password, token, nkey_seed_file, creds_file
+    user: str = ""
+    password: str = ""
+    token: str = ""
+    nkey_seed_file: str = ""  # an NKey user seed (SU...)
+    creds_file: str = ""  # a user JWT and its NKey seed (nsc's .creds)
     stream_prefix: str = "GW"
     subject_prefix: str = "gw"
     kv_bucket: str = "gateway"
@@ -63,11 +80,33 @@ class NatsConfig:
 
     def validate(self) -> list[str]:
         problems = []
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            problems.append(
+                f"tls_cert_file/tls_key_file: got cert={self.tls_cert_file!r} "
+                f"key={self.tls_key_file!r}, expected both or neither"
+            )
+        for key in ("tls_ca_file", "tls_cert_file", "tls_key_file", "nkey_seed_file", "creds_file"):
+            path = getattr(self, key)
+            if path and not os.path.isfile(path):
+                problems.append(f"{key}: got {path!r}, expected a readable file")
+        given = [k for k in ("user", "token", "nkey_seed_file", "creds_file") if getattr(self, k)]
+        if len(given) > 1:
+            problems.append(
+                f"{'/'.join(given)}: got {len(given)} kinds of credentials, expected one"
+            )
+        if self.password and not self.user:
+            problems.append("password: got a password without user, expected user too")
         if self.storage not in ("file", "memory"):
             problems.append(f"storage: got {self.storage!r}, expected 'file' or 'memory'")
         if not 1 <= self.max_batch <= 1000:
             problems.append(f"max_batch: got {self.max_batch}, expected 1..1000")
         return problems
+
+
+def _ssl_context(config: NatsConfig) -> ssl.SSLContext | None:
+    if not (config.tls or config.tls_ca_file or config.tls_cert_file):
+        return None
+    return client_ssl_context(config.tls_ca_file, config.tls_cert_file, config.tls_key_file)
 
 
 def enc(name: str) -> str:
@@ -169,8 +208,22 @@ class NatsBackend(Backend):
     def __init__(self, name: str, config: NatsConfig) -> None:
         super().__init__(name)
         self.config = config
+        try:
+            credentials = Credentials.load(
+                user=config.user,
+                password=config.password,
+                token=config.token,
+                nkey_seed_file=config.nkey_seed_file,
+                creds_file=config.creds_file,
+            )
+            context = _ssl_context(config)
+        except (NatsAuthError, OSError, ssl.SSLError) as exc:
+            raise ConfigError([f"backends.{name}: {exc}"]) from None
         self.client = NatsClient(
-            config.url,
+            list(config.urls) or config.url,
+            credentials=credentials,
+            ssl_context=context,
+            tls_server_name=config.tls_server_name,
             name=f"gateway-{name}",
             connect_timeout=config.connect_timeout_ms / 1000,
             request_timeout=config.request_timeout_ms / 1000,
@@ -206,7 +259,7 @@ class NatsBackend(Backend):
         return {
             "name": self.name,
             "type": self.type_name,
-            "url": self.config.url,
+            "url": self.client.url,
             "connected": self.client.connected,
             "server_version": self.client.server_info.get("version"),
         }

@@ -15,12 +15,13 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
+import ssl
 from collections.abc import Sequence
-from urllib.parse import urlsplit
 
 import structlog
 import trio
 
+from gateway.backends.nats.auth import Credentials, Server, parse_servers
 from gateway.backends.nats.protocol import (
     PING,
     PONG,
@@ -62,8 +63,11 @@ class _Pending:
 class NatsClient:
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        tls_server_name: str = "",
         name: str = "gateway",
         connect_timeout: float = 2.0,
         request_timeout: float = 5.0,
@@ -71,12 +75,15 @@ class NatsClient:
         reconnect_wait_max: float = 2.0,
         ping_interval: float = 5.0,
     ) -> None:
-        parts = urlsplit(url if "://" in url else f"nats://{url}")
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or 4222
-        self.user = parts.username
-        self.password = parts.password
-        self.url = url
+        urls = [url] if isinstance(url, str) else list(url)
+        self.servers = parse_servers(urls)  # tried in turn, from the one after the last used
+        self._discovered: list[Server] = []  # the cluster's other servers, from INFO
+        self._turn = 0
+        self.host, self.port = self.servers[0].host, self.servers[0].port
+        self.credentials = credentials or Credentials()
+        self.ssl_context = ssl_context
+        self.tls_server_name = tls_server_name
+        self.url = ",".join(f"nats://{s.address}" for s in self.servers)  # no password in logs
         self.name = name
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
@@ -86,7 +93,8 @@ class NatsClient:
         self.server_info: dict = {}
         self.last_error = "not connected yet"
         self.reconnects = 0
-        self._stream: trio.SocketStream | None = None
+        self._stream: trio.abc.Stream | None = None
+        self._sock: trio.SocketStream
         self._connected = trio.Event()
         self._inbox = f"_INBOX.{secrets.token_hex(8)}."
         self._tokens = itertools.count(1)
@@ -118,9 +126,15 @@ class NatsClient:
         started = False
         while not self._closed:
             try:
-                stream = await self._connect()
-            except (OSError, GatewayError, NatsProtocolError, trio.TooSlowError) as exc:
-                self.last_error = f"connect to {self.host}:{self.port} failed: {exc}"
+                stream = await self._connect(self._next_server())
+            except (
+                OSError,
+                GatewayError,
+                NatsProtocolError,
+                trio.TooSlowError,
+                trio.BrokenResourceError,
+            ) as exc:
+                self._failed(exc)
                 if not started:
                     started = True
                     task_status.started()
@@ -143,9 +157,26 @@ class NatsClient:
                 log.warning("nats connection lost", url=self.url, reason=self.last_error)
                 await trio.sleep(wait)
 
-    async def _connect(self) -> trio.SocketStream:
+    def _next_server(self) -> Server:
+        every = self.servers + [s for s in self._discovered if s not in self.servers]
+        server = every[self._turn % len(every)]
+        self._turn += 1
+        self.host, self.port = server.host, server.port
+        return server
+
+    def _failed(self, exc: BaseException) -> None:
+        """Remember why the last attempt failed; log it once per distinct cause."""
+        cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else None
+        reason = f"{exc}" + (f" ({cause})" if cause is not None else "")
+        error = f"connect to {self.host}:{self.port} failed: {reason or type(exc).__name__}"
+        if error != self.last_error:
+            log.warning("nats connect failed", url=self.url, reason=error)
+        self.last_error = error
+
+    async def _connect(self, server: Server) -> trio.abc.Stream:
         with trio.fail_after(self.connect_timeout):
-            stream = await trio.open_tcp_stream(self.host, self.port)
+            sock = await trio.open_tcp_stream(server.host, server.port)
+            stream: trio.abc.Stream = sock
             try:
                 parser = ClientParser()
                 info: dict | None = None
@@ -157,6 +188,15 @@ class NatsClient:
                     for ev in parser.events():
                         if isinstance(ev, Info):
                             info = ev.data
+                if info.get("tls_required") or self.ssl_context is not None:
+                    if self.ssl_context is None:
+                        raise unavailable("the server requires TLS: set tls = true")
+                    stream = trio.SSLStream(
+                        sock,
+                        self.ssl_context,
+                        server_hostname=self.tls_server_name or server.host,
+                    )
+                    await stream.do_handshake()
                 options = {
                     "verbose": False,
                     "pedantic": False,
@@ -167,9 +207,7 @@ class NatsClient:
                     "version": "0.1",
                     "name": self.name,
                 }
-                if self.user:
-                    options["user"] = self.user
-                    options["pass"] = self.password or ""
+                options.update(self.credentials.connect_options(server, info.get("nonce")))
                 subs = b"".join(encode_sub(subj, sid, q) for sid, (subj, q) in self._subs.items())
                 await stream.send_all(
                     encode_connect(options) + encode_sub(self._inbox + "*", INBOX_SID) + subs + PING
@@ -186,13 +224,21 @@ class NatsClient:
                     if any(isinstance(ev, Pong) for ev in events):
                         break
             except BaseException:
-                await trio.aclose_forcefully(stream)
+                await trio.aclose_forcefully(sock)
                 raise
         self.server_info = info
+        self._learn_servers(info)
         self._parser = parser
+        self._sock = sock
         return stream
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    def _learn_servers(self, info: dict) -> None:
+        """The other servers of the cluster (INFO ``connect_urls``), tried after the
+        configured ones when a server goes away."""
+        urls = info.get("connect_urls") or []
+        self._discovered = parse_servers(urls[:32])
+
+    async def _serve(self, stream: trio.abc.Stream) -> None:
         self._stream = stream
         self._connected.set()
         self.last_error = ""
@@ -205,7 +251,7 @@ class NatsClient:
             finally:
                 nursery.cancel_scope.cancel()
 
-    def _drop(self, stream: trio.SocketStream) -> None:
+    def _drop(self, stream: trio.abc.Stream) -> None:
         self._stream = None
         self._connected = trio.Event()
         self._out.clear()
@@ -216,13 +262,13 @@ class NatsClient:
         for ev in self._pongs:
             ev.set()
         self._pongs = []
-        stream.socket.close()
+        self._sock.socket.close()
 
     async def aclose(self) -> None:
         self._closed = True
         self._scope.cancel()
 
-    async def _reader(self, stream: trio.SocketStream) -> None:
+    async def _reader(self, stream: trio.abc.Stream) -> None:
         parser = self._parser
         inbox = self._inbox
         ilen = len(inbox)
@@ -259,7 +305,7 @@ class NatsClient:
             if delivered:
                 await self._msg_send.send(delivered)
 
-    async def _writer(self, stream: trio.SocketStream) -> None:
+    async def _writer(self, stream: trio.abc.Stream) -> None:
         while True:
             await self._out_ready.wait()
             self._out_ready = trio.Event()
@@ -269,7 +315,7 @@ class NatsClient:
             self._out.clear()
             await stream.send_all(data)
 
-    async def _pinger(self, stream: trio.SocketStream) -> None:
+    async def _pinger(self, stream: trio.abc.Stream) -> None:
         while True:
             await trio.sleep(self.ping_interval)
             try:
