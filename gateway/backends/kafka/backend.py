@@ -324,6 +324,8 @@ class KafkaBackend(Backend):
             if conn is not None and not conn.closed:
                 return conn
             assert self._nursery is not None, "open() the backend first"
+            if conn is not None:  # a connection was lost: the cluster may have changed since
+                self._topics.clear()
             addresses = [self._brokers[node]] if node in self._brokers else self._bootstrap
             last: GatewayError | None = None
             for host, port in addresses:
