@@ -7,7 +7,7 @@
 - ``GET /v1/status``: JSON status; ``GET /``: the same as a small self-refreshing HTML page.
 - The data API the CLI uses (and anything that wants every field of a record over HTTP; keys,
   values and header values are base64):
-  ``GET /v1/topics``, ``POST /v1/topics`` ``{"name", "partitions"}``,
+  ``GET /v1/topics``, ``POST /v1/topics`` ``{"name", "partitions"}``, ``DELETE /v1/topics/{topic}``,
   ``POST /v1/topics/{topic}/records`` ``{"records": [{"key", "value", "headers", "timestamp_us",
   "partition"}]}``, ``GET /v1/topics/{topic}/records?partition=&offset=&max=&max_wait_ms=``
   (``&format=binary``: canonical batches, ``&starts=1`` as stored, with record start tables,
@@ -45,6 +45,7 @@ from gateway.canonical import (
 from gateway.core.groups import describe_group, group_summaries, reset_offsets
 from gateway.model import (
     CreateTopic,
+    DeleteTopic,
     ErrorCode,
     Fetch,
     GatewayError,
@@ -274,6 +275,9 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
         return js(await describe_group(core, unquote(parts[3])))
     if parts[:3] == ["", "v1", "groups"] and parts[4:] == ["reset-offsets"] and method == "POST":
         return js(await _reset_offsets(core, unquote(parts[3]), _json_body(body)))
+    if len(parts) == 4 and parts[:3] == ["", "v1", "topics"] and method == "DELETE":
+        await core.execute(DeleteTopic(unquote(parts[3])))
+        return js({"deleted": unquote(parts[3])})
     if len(parts) == 5 and parts[:3] == ["", "v1", "topics"]:
         topic, what = unquote(parts[3]), parts[4]
         if what == "records" and method == "POST" and query.get("format") == ["binary"]:
