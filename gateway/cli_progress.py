@@ -19,9 +19,19 @@ def duration(seconds: float) -> str:
     return f"{hours} h {m:02d} min"
 
 
-def progress_text(label: str, done: int, total: int | None, elapsed: float, extra: str = "") -> str:
-    """``label: 1,200 of 5,000 records (24%), 600 records/s, about 6 s left, 2 s so far``."""
-    rate = done / elapsed if elapsed > 0 else 0.0
+def progress_text(
+    label: str,
+    done: int,
+    total: int | None,
+    elapsed: float,
+    extra: str = "",
+    working: float | None = None,
+) -> str:
+    """``label: 1,200 of 5,000 records (24%), 600 records/s, about 6 s left, 2 s so far``.
+    ``working``: the seconds the records took (the rate's base) when not all of ``elapsed``
+    (a Spark job's records start after Spark did)."""
+    base = elapsed if working is None else working
+    rate = done / base if base > 0 else 0.0
     parts = [f"{done:,} of {total:,} records" if total else f"{done:,} records"]
     if total:
         parts[0] += f" ({min(100, 100 * done // total)}%)"

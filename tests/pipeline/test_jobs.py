@@ -61,11 +61,11 @@ def test_stats_per_hour_keys_sizes_and_chart(
 
 def test_cli_errors_are_one_line(bootstrap: str, tmp_path: Path, capsys: Any) -> None:
     # no Spark needed to refuse these
-    assert gateway_cli(["pipeline", "export", "t", str(tmp_path / "x"), "--bootstrap", "nope"]) == 1
+    assert gateway_cli(["pipeline", "export", "t", str(tmp_path / "x"), "--bootstrap", "nope"]) == 2
     assert "bootstrap must be host:port" in capsys.readouterr().err
     missing = tmp_path / "missing.toml"
     missing.write_text("[admin]\nenabled = false\n")
-    assert gateway_cli(["pipeline", "stats", "t", "--config", str(missing)]) == 1
+    assert gateway_cli(["pipeline", "stats", "t", "--config", str(missing)]) == 2
     assert "--bootstrap" in capsys.readouterr().err
 
 
