@@ -515,6 +515,22 @@ def _leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.Argument
             yield from _leaf_parsers(child)
 
 
+class _Formatter(argparse.HelpFormatter):
+    """One line per command in ``gateway --help`` (argparse measures the command names without
+    the extra indent it prints them with, and wraps the longest)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32, width=100)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            names = [len(c.metavar or c.dest) for c in action._get_subactions()]
+            if names:
+                longest = max(names) + self._current_indent + 2 * self._indent_increment
+                self._action_max_length = max(self._action_max_length, longest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gateway.groups_cli import add_groups_parser
     from gateway.interop.cli import add_matrix_parser
@@ -523,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="gateway",
-        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=24, width=100),
+        formatter_class=_Formatter,
         description="The polyglot broker gateway: Kafka 0.8, Iggy, TANK, Liftbridge and Cursus "
         "in front of pluggable backends.",
         epilog="Every command takes --config FILE (default: config/gateway.toml if it exists) "
