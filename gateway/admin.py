@@ -15,7 +15,8 @@
   ``?format=binary[&partition=]`` takes one canonical batch, see :func:`produce_binary`),
   ``GET /v1/topics/{topic}/offsets`` (``?timestamp_us=``: also the offset for that time).
 - Groups: ``GET /v1/groups``, ``GET /v1/groups/{group}`` (members, assignment, committed offsets,
-  lag), ``POST /v1/groups/{group}/reset-offsets`` ``{"topic", "to", "partitions", "force"}``.
+  lag), ``POST /v1/groups/{group}/reset-offsets`` ``{"topic", "to", "partitions", "force"}``,
+  ``DELETE /v1/groups/{group}`` (an empty group: its snapshot and committed offsets).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from gateway.canonical import (
     peek_header,
     without_starts,
 )
-from gateway.core.groups import describe_group, group_summaries, reset_offsets
+from gateway.core.groups import delete_group, describe_group, group_summaries, reset_offsets
 from gateway.model import (
     CreateTopic,
     DeleteTopic,
@@ -66,6 +67,7 @@ MAX_BODY = 64 << 20
 HTTP_STATUS = {
     ErrorCode.UNKNOWN_TOPIC: 404,
     ErrorCode.UNKNOWN_PARTITION: 404,
+    ErrorCode.UNKNOWN_GROUP: 404,
     ErrorCode.OFFSET_OUT_OF_RANGE: 416,
     ErrorCode.TOPIC_EXISTS: 409,
     ErrorCode.BACKEND_UNAVAILABLE: 503,
@@ -273,6 +275,8 @@ async def route(server: Any, method: str, target: str, body: bytes) -> tuple[int
     parts = path.split("/")
     if len(parts) == 4 and parts[:3] == ["", "v1", "groups"] and method == "GET":
         return js(await describe_group(core, unquote(parts[3])))
+    if len(parts) == 4 and parts[:3] == ["", "v1", "groups"] and method == "DELETE":
+        return js(await delete_group(core, unquote(parts[3])))
     if parts[:3] == ["", "v1", "groups"] and parts[4:] == ["reset-offsets"] and method == "POST":
         return js(await _reset_offsets(core, unquote(parts[3]), _json_body(body)))
     if len(parts) == 4 and parts[:3] == ["", "v1", "topics"] and method == "DELETE":
