@@ -40,7 +40,7 @@ def job_fraction(tracker: Any) -> tuple[float, str] | None:
     Spark is running now; None between jobs."""
     done = total = 0
     shown = []
-    for job_id in tracker.getActiveJobIds():
+    for job_id in tracker.getActiveJobsIds():
         job = tracker.getJobInfo(job_id)
         if job is None:
             continue
@@ -86,8 +86,8 @@ def progress(
         while not stop.wait(every):
             try:
                 state = job_fraction(tracker)
-            except Exception:  # the JVM is shutting down
-                return
+            except Exception:  # noqa: BLE001 - the JVM is shutting down: no line this time
+                continue
             if state is None:
                 continue
             fraction, stages = state
