@@ -581,7 +581,9 @@ def main(argv: list[str] | None = None) -> int:
             setup_logging("console", "warning")
         if getattr(args, "config", "x") is None and os.path.exists(DEFAULT_CONFIG):
             args.config = DEFAULT_CONFIG
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed stdout is caught, not at exit
+        return code
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             raise  # argparse (2 with its usage line), --help, --version

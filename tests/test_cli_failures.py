@@ -196,6 +196,17 @@ def test_a_closed_stdout_ends_quietly(tmp_path: Path) -> None:
         assert proc.wait(timeout=60) == 0
         assert proc.stderr.read() == b""
         proc.stderr.close()
+        # like `gateway topics list | head -0`: a few bytes, written (at exit) to a closed pipe
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "topics", "list", "--config", cfg],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO_ROOT,
+        )
+        assert proc.stdout is not None
+        proc.stdout.close()  # long before the command has its answer
+        _, err = proc.communicate(timeout=60)
+        assert (proc.returncode, err) == (0, b"")
 
 
 def test_check_config_checks_data_directories_and_ports(tmp_path: Path) -> None:
