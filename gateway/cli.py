@@ -188,7 +188,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         raise UsageError("check-config needs a file: gateway check-config FILE (or --config FILE)")
     try:
         config = load_config(path)
-        problems = environment_problems(config)
+        problems = [] if args.file_only else environment_problems(config)
     except ConfigError as exc:
         problems = exc.problems
     if problems:
@@ -201,8 +201,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     )
     print(
         f"{path}: ok (listeners: {listeners or 'none'}; "
-        f"backends: {', '.join(f'{n}={b.type}' for n, b in config.backends.items())}; "
-        "data directories writable, ports free)"
+        f"backends: {', '.join(f'{n}={b.type}' for n, b in config.backends.items())}"
+        f"{'' if args.file_only else '; data directories writable, ports free'})"
     )
     return 0
 
@@ -213,6 +213,12 @@ def add_check_config(sub: Any) -> None:
         help="validate a config, its data directories and ports; exit 2 listing every problem",
     )
     p.add_argument("file", nargs="?", default=None, help="the config file (or --config)")
+    p.add_argument(
+        "--file-only",
+        action="store_true",
+        help="check the file alone, not this machine's directories and ports (a config for "
+        "another machine, e.g. a container's)",
+    )
     p.set_defaults(func=cmd_check_config)
 
 

@@ -92,7 +92,6 @@ def test_a_data_directory_that_cannot_be_made(tmp_path: Path) -> None:
 
 
 def test_a_data_command_with_the_gateway_stopped(tmp_path: Path) -> None:
-    cfg = config(tmp_path, backends={"default": {"type": "memory"}})
     port = free_port()
     cfg = config(tmp_path, admin={"port": port}, backends={"default": {"type": "memory"}})
     for args in (("topics", "list"), ("consume", "t"), ("topics", "delete", "t")):
@@ -231,6 +230,8 @@ def test_check_config_checks_data_directories_and_ports(tmp_path: Path) -> None:
                 f"  - listeners.tank.port: cannot bind 127.0.0.1:{port}: Address already in use "
                 "(is a gateway already running? expected a free port)",
             ]
+    res = gateway("check-config", "--file-only", cfg)  # the file alone is fine
+    assert res.returncode == 0 and res.stdout.startswith(f"{cfg}: ok"), res.stderr
     good = config(
         tmp_path, "good.toml", listeners={"tank": {"host": "127.0.0.1", "port": free_port()}}
     )

@@ -70,7 +70,7 @@ def test_every_shipped_config_passes_check_config(tmp_path) -> None:
         path = tmp_path / name.replace(":", "_")
         path.write_text(text)
         proc = subprocess.run(
-            [sys.executable, "-m", "gateway", "check-config", str(path)],
+            [sys.executable, "-m", "gateway", "check-config", "--file-only", str(path)],
             capture_output=True,
             text=True,
             cwd=REPO_ROOT,

@@ -72,7 +72,9 @@ class Footprint:
         """The process still runs, its peak RSS stayed under baseline + bound, files under the limit."""
         assert self.pid == baseline.pid
         grown = self.peak_rss - baseline.rss
-        assert grown < rss_bound, f"peak RSS grew by {grown / 2**20:.0f} MiB (bound {rss_bound >> 20})"
+        assert grown < rss_bound, (
+            f"peak RSS grew by {grown / 2**20:.0f} MiB (bound {rss_bound >> 20})"
+        )
         assert self.open_files < self.file_limit, (self.open_files, self.file_limit)
 
 
