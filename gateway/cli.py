@@ -38,6 +38,7 @@ from gateway.model import (
 )
 
 DEFAULT_CONFIG = "config/gateway.toml"
+MAX_BATCH_BYTES = 32 << 20  # produce batches: half the admin endpoint's body limit
 
 __all__ = ["AdminClient", "CliError", "build_parser", "main"]
 
@@ -288,8 +289,13 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from gateway.cli_records import batches
 
     config = _load(args)
-    if args.batch_bytes < 1 or args.batch_records < 1:
-        raise UsageError("--batch-bytes and --batch-records must be at least 1")
+    if not 1 <= args.batch_bytes <= MAX_BATCH_BYTES:
+        raise UsageError(
+            f"--batch-bytes: got {args.batch_bytes}, expected 1..{MAX_BATCH_BYTES} "
+            "(a request to the gateway is at most 64 MiB)"
+        )
+    if args.batch_records < 1:
+        raise UsageError(f"--batch-records: got {args.batch_records}, expected at least 1")
     source = batches(
         _input_lines(sys.stdin.buffer),
         args.format,

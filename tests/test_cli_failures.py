@@ -130,6 +130,10 @@ def test_configuration_and_usage_mistakes_exit_2(tmp_path: Path) -> None:
     assert one_line(res, 2) == "stdin line 1: --keyed expects key<TAB>value, got 'no tab'"
     res = gateway("produce", "t", "--format", "json", "--config", config(tmp_path), stdin="[1]\n")
     assert one_line(res, 2) == "stdin line 1: expected a JSON object, got list"
+    res = gateway("produce", "t", "--batch-bytes", "0", "--config", config(tmp_path))
+    assert one_line(res, 2) == (
+        "--batch-bytes: got 0, expected 1..33554432 (a request to the gateway is at most 64 MiB)"
+    )
     # argparse's own: a usage line and the error, exit 2
     res = gateway("consume")
     assert res.returncode == 2 and "Traceback" not in res.stderr and "usage:" in res.stderr
