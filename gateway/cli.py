@@ -103,21 +103,32 @@ def _no_gateway(config: GatewayConfig) -> str:
     return f"no gateway answers at {_admin_host(config)}:{config.admin.port}"
 
 
-def _direct(config: GatewayConfig, fn: Callable[[Any], Awaitable[Any]]) -> Any:
-    """Run ``fn(core)`` against the configured backends opened in this process. A backend
-    that lives only inside a gateway process (memory) cannot be reached this way."""
+def _serve_hint(config: GatewayConfig) -> str:
+    where = "" if config.source == "<defaults>" else f" --config {config.source}"
+    return f"gateway serve{where}"
+
+
+def _check_data_dirs(config: GatewayConfig) -> None:
+    """One clear line for a data directory that cannot be used, before a backend tries."""
     from gateway.cli_checks import data_dir_problem, data_dirs
-    from gateway.server import build_backends, build_core
 
     for key, path in data_dirs(config):
         problem = data_dir_problem(key, path)
         if problem:
             raise CliError(problem)
+
+
+def _direct(config: GatewayConfig, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Run ``fn(core)`` against the configured backends opened in this process. A backend
+    that lives only inside a gateway process (memory) cannot be reached this way."""
+    from gateway.server import build_backends, build_core
+
+    _check_data_dirs(config)
     inside = [n for n, b in config.backends.items() if b.type == "memory"]
     if inside:
         raise CliError(
             f"{_no_gateway(config)}, and backend {inside[0]!r} (memory) lives inside the "
-            f"gateway process: start it (gateway serve --config {config.source})"
+            f"gateway process: start it ({_serve_hint(config)})"
         )
 
     async def main() -> Any:
@@ -147,16 +158,12 @@ def _load(args: argparse.Namespace) -> GatewayConfig:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from gateway.cli_checks import data_dir_problem, data_dirs
     from gateway.observability import setup_logging
     from gateway.server import run_forever
 
     config = _load(args)
     setup_logging(config.server.log_format, config.server.log_level)
-    for key, path in data_dirs(config):
-        problem = data_dir_problem(key, path)
-        if problem:
-            raise CliError(problem)
+    _check_data_dirs(config)
     if getattr(args, "workers", 1) > 1:
         from gateway.workers import WorkersError, run_workers
 
@@ -478,8 +485,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 trio.run(_consume, _AdminSource(client), args)
         elif args.follow:
             raise CliError(
-                f"{_no_gateway(config)}: --follow needs a running gateway "
-                f"(gateway serve --config {config.source})"
+                f"{_no_gateway(config)}: --follow needs a running gateway ({_serve_hint(config)})"
             )
         else:
 
