@@ -56,10 +56,10 @@ def test_serve_on_a_port_in_use(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         cfg = config(tmp_path, listeners={"kafka08": {"host": "127.0.0.1", "port": port}})
-        assert one_line(gateway("serve", "--config", cfg), 1) == (
-            f"listeners.kafka08: cannot bind 127.0.0.1:{port}: [Errno 98] Address already in use "
-            "(stop the process using that port or configure another port)"
-        )
+        message = one_line(gateway("serve", "--config", cfg), 1)
+        # the key, the address, the cause and what to do
+        assert message.startswith(f"listeners.kafka08: cannot bind 127.0.0.1:{port}: "), message
+        assert "Address already in use" in message and "another port" in message
         # --debug shows where it came from
         res = gateway("serve", "--config", cfg, "--debug")
         assert res.returncode == 1 and "Traceback" in res.stderr
@@ -72,10 +72,9 @@ def test_serve_on_a_data_directory_another_gateway_holds(tmp_path: Path) -> None
     ) as gw:
         assert gw.proc is not None
         cfg = config(tmp_path, listeners={"tank": {"host": "127.0.0.1", "port": 0}})
-        assert one_line(gateway("serve", "--config", cfg), 1) == (
-            f"data directory {data / 'default'} is locked by another process "
-            f"(pid {gw.proc.pid}): another gateway or CLI command is using it"
-        )
+        message = one_line(gateway("serve", "--config", cfg), 1)
+        assert f"data directory {data / 'default'} is locked" in message, message
+        assert f"pid {gw.proc.pid}" in message
 
 
 def test_a_data_directory_that_cannot_be_made(tmp_path: Path) -> None:
