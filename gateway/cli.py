@@ -79,10 +79,21 @@ class AdminClient:
             return False
 
     def data_client(self) -> Any:
-        """A keep-alive client of the records API (binary batches) at the same endpoint."""
+        """A keep-alive client of the records API (binary batches) at the same endpoint, with
+        the same credential."""
         from gateway.pipeline.client import GatewayClient
 
-        return GatewayClient(f"{self.host}:{self.port}", timeout=self.timeout)
+        client = GatewayClient(f"{self.host}:{self.port}", timeout=self.timeout)
+        token = getattr(self, "token", None)
+        if token:
+            client.token = token
+        return client
+
+
+def admin_client(host: str, port: int, config: GatewayConfig | None = None) -> AdminClient:
+    """The client of the admin endpoint at ``host:port`` that every command uses (the one
+    place that gives it the data API's credential from ``config``)."""
+    return AdminClient(host, port)
 
 
 def _admin_host(config: GatewayConfig) -> str:
@@ -93,7 +104,7 @@ def _admin_host(config: GatewayConfig) -> str:
 def _admin_for(config: GatewayConfig) -> AdminClient | None:
     if not config.admin.enabled or config.admin.port == 0:
         return None
-    client = AdminClient(_admin_host(config), config.admin.port)
+    client = admin_client(_admin_host(config), config.admin.port, config)
     return client if client.alive() else None
 
 

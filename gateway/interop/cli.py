@@ -55,14 +55,17 @@ def admin_from_config(path: str | None) -> tuple[str, int] | None:
     return host, config.admin.port
 
 
-def clean_up(admin: tuple[str, int], prefix: str) -> tuple[int, int, list[str]]:
+def clean_up(
+    admin: tuple[str, int], prefix: str, config_path: str | None = None
+) -> tuple[int, int, list[str]]:
     """Delete the topics named ``prefix...`` and the groups made for them (their names hold the
     prefix) through the admin endpoint: (topics deleted, groups deleted, problems)."""
     from urllib.parse import quote
 
-    from gateway.cli import AdminClient, CliError
+    from gateway.cli import CliError, admin_client
+    from gateway.config import load_config
 
-    client = AdminClient(*admin)
+    client = admin_client(*admin, load_config(config_path) if config_path else None)
     problems: list[str] = []
     topics = groups = 0
     try:
@@ -157,7 +160,7 @@ def cmd_matrix(args: Any) -> int:
             file=sys.stderr,
         )
     else:
-        topics, groups, problems = clean_up(admin, prefix)
+        topics, groups, problems = clean_up(admin, prefix, config)
         print(f"matrix: deleted {topics} topic(s) and {groups} group(s) it made", file=sys.stderr)
         for problem in problems:
             print(f"matrix: could not delete {problem}", file=sys.stderr)
