@@ -7,7 +7,7 @@
 - ``GET /v1/status``: JSON status; ``GET /``: the same as a small self-refreshing HTML page.
 - The data API the CLI uses (and anything that wants every field of a record over HTTP; keys,
   values and header values are base64):
-  ``GET /v1/topics``, ``POST /v1/topics`` ``{"name", "partitions"}``,
+  ``GET /v1/topics``, ``POST /v1/topics`` ``{"name", "partitions"}``, ``DELETE /v1/topics/{topic}``,
   ``POST /v1/topics/{topic}/records`` ``{"records": [{"key", "value", "headers", "timestamp_us",
   "partition"}]}``, ``GET /v1/topics/{topic}/records?partition=&offset=&max=&max_wait_ms=``
   (``&format=binary``: canonical batches, ``&starts=1`` as stored, with record start tables,
@@ -15,7 +15,9 @@
   ``?format=binary[&partition=]`` takes one canonical batch, see :func:`produce_binary`),
   ``GET /v1/topics/{topic}/offsets`` (``?timestamp_us=``: also the offset for that time).
 - Groups: ``GET /v1/groups``, ``GET /v1/groups/{group}`` (members, assignment, committed offsets,
-  lag), ``POST /v1/groups/{group}/reset-offsets`` ``{"topic", "to", "partitions", "force"}``.
+  lag), ``POST /v1/groups/{group}/reset-offsets`` ``{"topic", "to", "partitions", "force"}``,
+  ``DELETE /v1/groups/{group}`` (an empty group: its snapshot and committed offsets);
+  ``DELETE /v1/topics/{topic}``.
 
 Every ``GET`` route answers ``HEAD`` too (the same headers, no body); a method a route does not
 take gets 405 with ``Allow``. Health, readiness and metrics are open; everything else is the data
@@ -50,10 +52,11 @@ from gateway.canonical import (
     peek_header,
     without_starts,
 )
-from gateway.core.groups import describe_group, group_summaries, reset_offsets
+from gateway.core.groups import delete_group, describe_group, group_summaries, reset_offsets
 from gateway.metrics_view import merged_status, scrape
 from gateway.model import (
     CreateTopic,
+    DeleteTopic,
     ErrorCode,
     Fetch,
     GatewayError,
@@ -75,6 +78,7 @@ log = structlog.get_logger("gateway.admin")
 HTTP_STATUS = {
     ErrorCode.UNKNOWN_TOPIC: 404,
     ErrorCode.UNKNOWN_PARTITION: 404,
+    ErrorCode.UNKNOWN_GROUP: 404,
     ErrorCode.OFFSET_OUT_OF_RANGE: 416,
     ErrorCode.TOPIC_EXISTS: 409,
     ErrorCode.BACKEND_UNAVAILABLE: 503,
@@ -131,8 +135,10 @@ def allowed_methods(path: str) -> tuple[str, ...] | None:
     parts = path.split("/")
     if len(parts) in (4, 5) and parts[:3] == ["", "v1", "groups"] and parts[3]:
         if len(parts) == 4:
-            return READ_ONLY
+            return (*READ_ONLY, "DELETE")
         return ("POST",) if parts[4] == "reset-offsets" else None
+    if len(parts) == 4 and parts[:3] == ["", "v1", "topics"] and parts[3]:
+        return ("DELETE",)
     if len(parts) == 5 and parts[:3] == ["", "v1", "topics"] and parts[3]:
         return {"records": READ_WRITE, "offsets": READ_ONLY}.get(parts[4])
     return None
@@ -443,8 +449,13 @@ async def route(
     parts = path.split("/")
     if len(parts) == 4 and parts[:3] == ["", "v1", "groups"] and method == "GET":
         return js(await describe_group(core, group_name(parts[3])))
+    if len(parts) == 4 and parts[:3] == ["", "v1", "groups"] and method == "DELETE":
+        return js(await delete_group(core, group_name(parts[3])))
     if parts[:3] == ["", "v1", "groups"] and parts[4:] == ["reset-offsets"] and method == "POST":
         return js(await _reset_offsets(core, group_name(parts[3]), _json_body(body)))
+    if len(parts) == 4 and parts[:3] == ["", "v1", "topics"] and method == "DELETE":
+        await core.execute(DeleteTopic(unquote(parts[3])))
+        return js({"deleted": unquote(parts[3])})
     if len(parts) == 5 and parts[:3] == ["", "v1", "topics"]:
         topic, what = unquote(parts[3]), parts[4]
         if what == "records" and method == "POST" and query.get("format") == ["binary"]:

@@ -1,4 +1,4 @@
-"""``gateway groups list | describe GROUP | reset-offsets GROUP --topic T --to-...``.
+"""``gateway groups list | describe GROUP | reset-offsets GROUP --topic T --to-... | delete GROUP``.
 
 Through the admin API of a running gateway with the same config when it answers (so live
 members show), otherwise against the configured backends opened directly (committed offsets and
@@ -13,12 +13,12 @@ from typing import Any
 from urllib.parse import quote
 
 from gateway.config import load_config
-from gateway.core.groups import describe_group, group_summaries, reset_offsets
+from gateway.core.groups import delete_group, describe_group, group_summaries, reset_offsets
 from gateway.model import GatewayError
 
 
 def add_groups_parser(sub: Any) -> None:
-    p = sub.add_parser("groups", help="list, describe consumer groups; reset their offsets")
+    p = sub.add_parser("groups", help="list, describe, delete consumer groups; reset offsets")
     gsub = p.add_subparsers(dest="groups_cmd", required=True)
 
     def common(q: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -40,6 +40,8 @@ def add_groups_parser(sub: Any) -> None:
     to.add_argument("--to-offset", type=int)
     to.add_argument("--to-timestamp", type=int, metavar="US", help="microseconds since epoch")
     r.add_argument("--force", action="store_true", help="even while members are active")
+    d = common(gsub.add_parser("delete", help="forget an empty group and its offsets"))
+    d.add_argument("group")
 
 
 def _target(args: argparse.Namespace) -> str | int:
@@ -108,6 +110,16 @@ def cmd_groups(args: argparse.Namespace) -> int:
                 f"{o['topic']}\t{o['partition']}\t{o['committed']}\t"
                 f"{o.get('high_watermark', '?')}\t{o.get('lag', '?')}\t{o['metadata']}"
             )
+        return 0
+    if cmd == "delete":
+        if admin:
+            data = admin.request("DELETE", f"/v1/groups/{quote(args.group, safe='')}")
+        else:
+            data = _direct(config, lambda core: delete_group(core, args.group))
+        if args.json:
+            print(json.dumps(data, indent=2))
+        else:
+            print(f"deleted group {args.group} ({data['offsets_deleted']} committed offset(s))")
         return 0
     to = _target(args)
     if admin:

@@ -13,7 +13,6 @@ import dataclasses
 import gc
 import signal
 import ssl
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -563,21 +562,10 @@ async def serve(config: GatewayConfig, reuse_port: bool = False) -> int:
 
 
 def run_forever(config: GatewayConfig, reuse_port: bool = False) -> int:
+    """Serve until stopped. A refusal to start (``SystemExit`` with a message: a port in use, a
+    backend that will not open) propagates, inside trio's exception group, to the command line,
+    which prints it as one line (``gateway.cli_errors``)."""
     try:
         return trio.run(serve, config, reuse_port)
     except KeyboardInterrupt:
         return 0
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 1
-        raise
-    except BaseExceptionGroup as group:  # a refusal raised inside the server's nursery
-        refusal, rest = group.split(lambda e: isinstance(e, SystemExit) and isinstance(e.code, str))
-        if refusal is None or rest is not None:
-            raise
-        first: Any = refusal
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        print(first.code, file=sys.stderr)
-        return 1

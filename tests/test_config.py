@@ -73,7 +73,7 @@ def test_environment_applies_over_the_file(tmp_path) -> None:
     assert config.admin.port == 2
 
 
-def test_check_config_cli_exits_1_listing_problems(tmp_path) -> None:
+def test_check_config_cli_exits_2_listing_problems(tmp_path) -> None:
     path = tmp_path / "g.toml"
     path.write_text(
         '[server]\nlog_level = "loud"\n[admin]\nport = "x"\n[backends.m]\ntype = "memory"\n'
@@ -84,7 +84,7 @@ def test_check_config_cli_exits_1_listing_problems(tmp_path) -> None:
         text=True,
         cwd=REPO_ROOT,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "2 problem(s)" in proc.stderr
     assert "server.log_level: got 'loud'" in proc.stderr
     assert "admin.port: got 'x' (str), expected an integer" in proc.stderr

@@ -67,7 +67,7 @@ def test_check_config_refuses_a_mismatched_pair(tmp_path: Path, pairs) -> None:
         text=True,
         timeout=60,
     )
-    assert run.returncode == 1, run.stdout
+    assert run.returncode == 2, run.stdout  # a config problem
     assert "listeners.kafka08.tls_cert/tls_key" in run.stderr
     assert "KEY_VALUES_MISMATCH" in run.stderr
     assert "Traceback" not in run.stderr

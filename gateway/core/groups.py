@@ -400,6 +400,32 @@ class GroupCoordinator:
         if group is not None and not group.members:
             del self._groups[name]
 
+    async def delete(self, name: str) -> int:
+        """Drop an empty group everywhere: its state here, its stored snapshot and every
+        committed offset (on every backend). Returns how many offsets were deleted."""
+        self.forget(name)
+        try:
+            await self._default.kv_delete(GROUPS_NS, name)
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNSUPPORTED:
+                raise
+        deleted = 0
+        seen: set[int] = set()
+        for backend in self._all_backends():
+            if id(backend) in seen:
+                continue
+            seen.add(id(backend))
+            try:
+                keys = [k for k, _ in await backend.kv_scan(OFFSETS_NS, f"{name}\x1f")]
+            except GatewayError as exc:
+                if exc.code is not ErrorCode.UNSUPPORTED:
+                    raise
+                continue
+            for key in keys:
+                await backend.kv_delete(OFFSETS_NS, key)
+                deleted += 1
+        return deleted
+
 
 # ---------------------------------------------------------------------------- operations
 # What ``gateway groups`` and the admin API's /v1/groups show and do, on a Core.
@@ -482,6 +508,20 @@ async def describe_group(core: Any, name: str, offsets: bool = True) -> dict[str
             rows.append(row)
         result["offsets"] = rows
     return result
+
+
+async def delete_group(core: Any, name: str) -> dict[str, Any]:
+    """Forget the group ``name`` (snapshot and committed offsets); refused while it has live
+    members on this gateway."""
+    coord: GroupCoordinator = core.groups
+    await core.execute(DescribeGroup(name))  # applies session timeouts
+    if coord.has_members(name):
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, f"group {name!r} has active members; stop them first"
+        )
+    if name not in await coord.known_groups():
+        raise GatewayError(ErrorCode.UNKNOWN_GROUP, f"unknown group {name!r}")
+    return {"group": name, "offsets_deleted": await coord.delete(name)}
 
 
 async def reset_offsets(

@@ -7,6 +7,9 @@
 Every ordered pair of the listeners found produces records through one and consumes them
 through the other (a topic per pair, ``matrix-<n>-<producer>-to-<consumer>``). The table says
 pass/fail and records/s per pair. Exit status 0 when every pair passed, 1 otherwise.
+
+Afterwards the topics and consumer groups the run made are deleted through the gateway's admin
+endpoint (``--admin HOST:PORT``, or the config's); ``--keep`` leaves them for a look.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 import trio
@@ -31,6 +35,57 @@ def _address(text: str) -> tuple[str, tuple[str, int]]:
             f"expected PROTOCOL=HOST:PORT with PROTOCOL one of {', '.join(PROTOCOLS)}: {text!r}"
         )
     return name, (host.strip("[]"), int(port))
+
+
+def _admin_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def admin_from_config(path: str | None) -> tuple[str, int] | None:
+    """The admin endpoint of a config file (a wildcard host reached on loopback), if any."""
+    from gateway.config import load_config
+
+    config = load_config(path)
+    if not config.admin.enabled or not config.admin.port:
+        return None
+    host = config.admin.host if config.admin.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    return host, config.admin.port
+
+
+def clean_up(
+    admin: tuple[str, int], prefix: str, config_path: str | None = None
+) -> tuple[int, int, list[str]]:
+    """Delete the topics named ``prefix...`` and the groups made for them (their names hold the
+    prefix) through the admin endpoint: (topics deleted, groups deleted, problems)."""
+    from urllib.parse import quote
+
+    from gateway.cli import CliError, admin_client
+    from gateway.config import load_config
+
+    client = admin_client(*admin, load_config(config_path) if config_path else None)
+    problems: list[str] = []
+    topics = groups = 0
+    try:
+        names = [t["name"] for t in client.request("GET", "/v1/topics")]
+        group_names = [g["name"] for g in client.request("GET", "/v1/groups")]
+    except (CliError, OSError) as exc:
+        return 0, 0, [f"cannot list them through {admin[0]}:{admin[1]}: {exc}"]
+    for group in (g for g in group_names if prefix in g):
+        try:
+            client.request("DELETE", f"/v1/groups/{quote(group, safe='')}")
+            groups += 1
+        except (CliError, OSError) as exc:
+            problems.append(f"group {group}: {exc}")
+    for topic in (t for t in names if t.startswith(prefix)):
+        try:
+            client.request("DELETE", f"/v1/topics/{quote(topic, safe='')}")
+            topics += 1
+        except (CliError, OSError) as exc:
+            problems.append(f"topic {topic}: {exc}")
+    return topics, groups, problems
 
 
 def addresses_from_config(path: str | None) -> tuple[dict[str, tuple[str, int]], str | None]:
@@ -82,15 +137,33 @@ def cmd_matrix(args: Any) -> int:
         f"each (keys, 2 headers, timestamps){chain}",
         file=sys.stderr,
     )
+    admin = args.admin
+    if admin is None and config is not None:
+        admin = admin_from_config(config)
+    prefix = f"matrix-{int(time.time() * 1000) % 10**9}-"
     results = trio.run(
         lambda: run_matrix(
             addresses,
             count=args.records,
             options=options,
+            prefix=prefix,
             through=through,
             create_at=create_at,
         )
     )
+    if args.keep:
+        print(f"matrix: kept the topics {prefix}* and their groups (--keep)", file=sys.stderr)
+    elif admin is None:
+        print(
+            f"matrix: left the topics {prefix}* and their groups: no admin endpoint to delete "
+            "them (give --admin HOST:PORT or --config)",
+            file=sys.stderr,
+        )
+    else:
+        topics, groups, problems = clean_up(admin, prefix, config)
+        print(f"matrix: deleted {topics} topic(s) and {groups} group(s) it made", file=sys.stderr)
+        for problem in problems:
+            print(f"matrix: could not delete {problem}", file=sys.stderr)
     table = format_table(results, markdown=args.markdown)
     print(table)
     if args.output:
@@ -133,6 +206,14 @@ def add_matrix_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="PROTOCOL=HOST:PORT",
         help="make the topics through this listener instead (e.g. the upstream server's)",
     )
+    p.add_argument(
+        "--admin",
+        type=_admin_address,
+        metavar="HOST:PORT",
+        help="the gateway's admin endpoint, to delete the topics and groups made (default: the "
+        "config's)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the topics and groups made")
     p.add_argument("--iggy-username", default="", help="log the Iggy driver in (0.6 dialect)")
     p.add_argument("--iggy-password", default="")
     p.set_defaults(func=cmd_matrix)

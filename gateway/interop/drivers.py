@@ -215,6 +215,16 @@ class CursusDriver(Driver):
         self.members: dict[str, str] = {}
 
     async def aclose(self) -> None:
+        # leave the groups joined to consume (the matrix then deletes them); a failed leave
+        # leaves a member that times out, nothing worse
+        for topic, member in self.members.items():
+            try:
+                with trio.move_on_after(5):
+                    await self.client.text(
+                        f"LEAVE_GROUP topic={topic} group=matrix-{topic} member={member}"
+                    )
+            except Exception:  # noqa: BLE001, S110 - a broken connection: nothing to leave
+                pass
         await self.client.aclose()
 
     async def create_topic(self, topic: str, partitions: int = 1) -> None:

@@ -14,8 +14,10 @@ import sys
 import time
 from typing import Any
 
+from gateway.cli_errors import CliError, UsageError
 
-class PipelineCliError(Exception):
+
+class PipelineCliError(CliError):
     pass
 
 
@@ -23,7 +25,10 @@ def _bootstrap(args: argparse.Namespace) -> str:
     from gateway.pipeline.client import parse_bootstrap
 
     if getattr(args, "bootstrap", None):
-        parse_bootstrap(args.bootstrap)  # a clear error before Spark starts
+        try:
+            parse_bootstrap(args.bootstrap)  # a clear error before Spark starts
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         return args.bootstrap
     from gateway.config import load_config
 
@@ -32,7 +37,7 @@ def _bootstrap(args: argparse.Namespace) -> str:
         path = "config/gateway.toml"
     config = load_config(path)
     if not config.admin.enabled or config.admin.port == 0:
-        raise PipelineCliError("no admin endpoint in the config: pass --bootstrap host:port")
+        raise UsageError("no admin endpoint in the config: pass --bootstrap host:port")
     host = config.admin.host if config.admin.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     from gateway.admin_auth import TOKEN_ENV, client_token
 
@@ -40,6 +45,43 @@ def _bootstrap(args: argparse.Namespace) -> str:
     if token:  # the Spark workers this process starts inherit it (GatewayClient reads it)
         os.environ[TOKEN_ENV] = token
     return f"{host}:{config.admin.port}"
+
+
+def _reachable(bootstrap: str, flag: str = "--bootstrap") -> str:
+    """``bootstrap`` when a gateway answers there; a clear error before Spark starts if not."""
+    from gateway.pipeline.client import GatewayClient, parse_bootstrap
+
+    try:
+        parse_bootstrap(bootstrap)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    with GatewayClient(bootstrap, timeout=5.0) as client:
+        if not client.healthy():
+            raise PipelineCliError(
+                f"no gateway answers at {bootstrap}: start it, or give {flag} host:port of a "
+                "running gateway's admin endpoint"
+            )
+    return bootstrap
+
+
+def _total(bootstrap: str, topic: str, args: argparse.Namespace) -> int | None:
+    """The records a read of the whole topic covers (None for a narrower range: unknown)."""
+    from gateway.pipeline.client import GatewayClient, GatewayClientError
+
+    if any(v is not None for v in _read_options(args).values()):
+        return None
+    with GatewayClient(bootstrap, timeout=10.0) as client:
+        try:
+            return sum(p.high_watermark - p.log_start_offset for p in client.offsets(topic))
+        except GatewayClientError as exc:
+            raise PipelineCliError(f"{bootstrap}: {exc.message}") from None
+
+
+def _local_target(path: str) -> str | None:
+    """The local file system path of an export target (None for s3://, hdfs://, ...)."""
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    return None if "://" in path else path
 
 
 def _spark(args: argparse.Namespace) -> Any:
@@ -62,13 +104,23 @@ def _read_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _rate(n: int, seconds: float) -> str:
+    return f"{n / seconds if seconds > 0 else 0:,.0f} records/s"
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from gateway.pipeline.jobs import export_topic, progress
 
-    bootstrap = _bootstrap(args)
+    started = time.monotonic()
+    bootstrap = _reachable(_bootstrap(args))
+    local = _local_target(args.path)
+    if local is not None and os.path.exists(local) and not args.overwrite:
+        raise PipelineCliError(
+            f"{args.path} already exists: pass --overwrite to replace it, or choose another path"
+        )
+    total = _total(bootstrap, args.topic, args)
     spark = _spark(args)
-    t0 = time.perf_counter()
-    with progress(spark, f"export {args.topic}"):
+    with progress(spark, f"export {args.topic}", total=total, started=started):
         n = export_topic(
             spark,
             bootstrap,
@@ -78,10 +130,10 @@ def cmd_export(args: argparse.Namespace) -> int:
             args.overwrite,
             **_read_options(args),
         )
-    dt = time.perf_counter() - t0
+    dt = time.monotonic() - started
     print(
         f"exported {n} record(s) of {args.topic} to {args.to} {args.path} in {dt:.1f} s "
-        f"({n / dt if dt else 0:.0f} records/s)",
+        f"with Spark's start ({_rate(n, dt)})",
         file=sys.stderr,
     )
     return 0
@@ -90,9 +142,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from gateway.pipeline.jobs import import_path, progress
 
-    bootstrap = _bootstrap(args)
+    started = time.monotonic()
+    bootstrap = _reachable(_bootstrap(args))
+    local = _local_target(args.path)
+    if local is not None and not os.path.exists(local):
+        raise PipelineCliError(f"{args.path} does not exist: nothing to import")
     spark = _spark(args)
-    with progress(spark, f"import {args.path}"):
+    with progress(spark, f"import {args.path}", started=started):
         report = import_path(
             spark,
             args.path,
@@ -102,34 +158,41 @@ def cmd_import(args: argparse.Namespace) -> int:
             keep_partitions=not args.repartition,
             partitions=args.partitions,
         )
+    dt = time.monotonic() - started
     print(
-        f"imported {report.records} record(s) into {args.topic} in {report.seconds:.1f} s "
-        f"({report.tasks} task(s), {report.status})",
+        f"imported {report.records} record(s) into {args.topic} in {dt:.1f} s with Spark's "
+        f"start ({_rate(report.records, dt)}; {report.tasks} task(s), {report.status})",
         file=sys.stderr,
     )
     return 0
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    from gateway.pipeline.client import parse_bootstrap
     from gateway.pipeline.jobs import copy_topic, progress
 
-    parse_bootstrap(args.source)
-    parse_bootstrap(args.target)
+    started = time.monotonic()
+    source = _reachable(args.source, "--from")
+    if args.target is None:
+        target = _reachable(_bootstrap(args), "--to")
+    else:
+        target = _reachable(args.target, "--to")
+    total = _total(source, args.topic, args)
     spark = _spark(args)
-    with progress(spark, f"copy {args.topic}"):
+    with progress(spark, f"copy {args.topic}", total=total, started=started):
         report = copy_topic(
             spark,
             args.topic,
-            args.source,
-            args.target,
+            source,
+            target,
             args.to_topic,
             keep_partitions=not args.repartition,
             **_read_options(args),
         )
+    dt = time.monotonic() - started
     print(
-        f"copied {report.records} record(s) of {args.topic} from {args.source} to "
-        f"{args.target}/{args.to_topic or args.topic} in {report.seconds:.1f} s ({report.status})",
+        f"copied {report.records} record(s) of {args.topic} from {source} to "
+        f"{target}/{args.to_topic or args.topic} in {dt:.1f} s with Spark's start "
+        f"({_rate(report.records, dt)}; {report.status})",
         file=sys.stderr,
     )
     return 0
@@ -138,7 +201,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from gateway.pipeline.jobs import format_stats, progress, stats_chart, topic_stats
 
-    bootstrap = _bootstrap(args)
+    bootstrap = _reachable(_bootstrap(args))
     spark = _spark(args)
     with progress(spark, f"stats {args.topic}"):
         stats = topic_stats(spark, bootstrap, args.topic, **_read_options(args))
@@ -153,20 +216,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _run(func: Any) -> Any:
+    """Failures of the pipeline's own checks as one line (``gateway.cli`` prints them)."""
+
     def run(args: argparse.Namespace) -> int:
+        from gateway.pipeline.options import OptionError
+
         try:
             return func(args)
-        except PipelineCliError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        except Exception as exc:
-            from gateway.pipeline.client import GatewayClientError
-            from gateway.pipeline.options import OptionError
-
-            if isinstance(exc, GatewayClientError | OptionError | ValueError | OSError):
-                print(f"error: {exc}", file=sys.stderr)
-                return 1
-            raise
+        except OptionError as exc:
+            raise UsageError(str(exc)) from None
+        except ValueError as exc:
+            raise PipelineCliError(str(exc)) from None
 
     return run
 
@@ -220,7 +280,13 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     q = common(psub.add_parser("copy", help="copy a topic between two gateways"), gateway=False)
     q.add_argument("topic")
     q.add_argument("--from", dest="source", required=True, help="source admin host:port")
-    q.add_argument("--to", dest="target", required=True, help="target admin host:port")
+    q.add_argument(
+        "--to",
+        dest="target",
+        default=None,
+        help="target admin host:port (default: the admin endpoint of --config)",
+    )
+    q.add_argument("--config", default=None, help="config file naming the target (without --to)")
     q.add_argument("--to-topic", default=None, help="the target topic (default: the same name)")
     q.add_argument("--repartition", action="store_true", help="spread by key hash on the target")
     ranges(q)

@@ -35,33 +35,79 @@ EXPORT_PARQUET_OPTIONS = {
 }
 
 
+def job_fraction(tracker: Any) -> tuple[float, str] | None:
+    """(fraction of the tasks done, ``stage N: done/total tasks``) over the stages of the jobs
+    Spark is running now; None between jobs."""
+    done = total = 0
+    shown = []
+    for job_id in tracker.getActiveJobsIds():
+        job = tracker.getJobInfo(job_id)
+        if job is None:
+            continue
+        for stage_id in job.stageIds:
+            stage = tracker.getStageInfo(stage_id)
+            if stage is None:
+                continue
+            done += stage.numCompletedTasks
+            total += stage.numTasks
+            if stage.numActiveTasks or 0 < stage.numCompletedTasks < stage.numTasks:
+                shown.append(f"stage {stage.stageId}: {stage.numCompletedTasks}/{stage.numTasks}")
+    if total == 0:
+        return None
+    return done / total, ", ".join(shown)
+
+
 @contextmanager
 def progress(
-    spark: Any, label: str, out: TextIO | None = None, every: float = 1.0
+    spark: Any,
+    label: str,
+    out: TextIO | None = None,
+    every: float = 1.0,
+    total: int | None = None,
+    started: float | None = None,
 ) -> Iterator[None]:
-    """Print ``label: stage N: done/total tasks`` lines while Spark jobs run (only on change)."""
+    """Print progress lines while Spark jobs run: records done of ``total`` (estimated from the
+    tasks done, which cover equal offset ranges), rate and time left; without a total, the
+    share of tasks done and the time left. ``started`` (``time.monotonic()``): when the command
+    began, so the time includes Spark's start. A new line only when the text changes."""
+    from gateway.cli_progress import ProgressLine, duration, progress_text
+
     stream = out if out is not None else sys.stderr
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
-    started = time.monotonic()
+    line_out = ProgressLine(stream, every=0.0)
+    if started is not None:
+        line_out.started = started
+    job_started: float | None = None
 
     def watch() -> None:
+        nonlocal job_started
         last = None
         while not stop.wait(every):
             try:
-                stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-            except Exception:  # the JVM is shutting down
-                return
-            parts = [
-                f"stage {s.stageId}: {s.numCompletedTasks}/{s.numTasks} tasks"
-                for s in stages
-                if s is not None
-            ]
-            line = ", ".join(parts)
-            if line and line != last:
-                print(f"{label}: {line} ({time.monotonic() - started:.0f} s)", file=stream)
-                stream.flush()
-                last = line
+                state = job_fraction(tracker)
+            except Exception:  # noqa: BLE001 - the JVM is shutting down: no line this time
+                continue
+            if state is None:
+                continue
+            fraction, stages = state
+            now = time.monotonic()
+            job_started = job_started if job_started is not None else now - every
+            run = now - job_started
+            tasks = f"tasks: {stages}" if stages else ""
+            if total:
+                done = int(total * fraction)
+                text = progress_text(label, done, total, line_out.elapsed(), tasks, run)
+            else:
+                left = run * (1 - fraction) / fraction if fraction > 0 else None
+                text = f"{label}: {100 * fraction:.0f}% of the tasks done ({stages or 'waiting'})"
+                if left is not None:
+                    text += f", about {duration(left)} left"
+                text += f", {duration(line_out.elapsed())} so far"
+            key = (int(100 * fraction), stages)
+            if key != last:
+                line_out.show(text, force=True)
+                last = key
 
     thread = threading.Thread(target=watch, name="pipeline-progress", daemon=True)
     thread.start()
@@ -70,6 +116,7 @@ def progress(
     finally:
         stop.set()
         thread.join(timeout=5)
+        line_out.end()
 
 
 def read_topic(spark: Any, bootstrap: str, topic: str, **options: Any) -> Any:

@@ -149,7 +149,7 @@ def test_every_shipped_config_passes_check_config(tmp_path) -> None:
         if "token_file" in tomllib.loads(text).get("admin", {}):
             env["GATEWAY_ADMIN__TOKEN_FILE"] = str(token)  # where the Secret is mounted
         proc = subprocess.run(
-            [sys.executable, "-m", "gateway", "check-config", str(path)],
+            [sys.executable, "-m", "gateway", "check-config", "--file-only", str(path)],
             capture_output=True,
             text=True,
             cwd=REPO_ROOT,

@@ -67,3 +67,36 @@ def test_listeners_and_the_upstream_come_from_the_config(tmp_path: Path) -> None
     found, through = addresses_from_config(str(path))
     assert found == {"tank": ("127.0.0.1", 11011), "iggy": ("gw.example", 8090)}
     assert through == "liftbridge"
+
+
+def test_matrix_deletes_the_topics_and_groups_it_made(tmp_path: Path) -> None:
+    listeners = {"tank": {}, "cursus": {}}
+    with GatewayProcess(tmp_path, listeners=listeners, backend="embedded") as gw:
+        # the listeners and the admin endpoint as they were bound, in the config
+        for name in listeners:
+            gw.config["listeners"][name]["port"] = gw.address(name)[1]
+        gw.config["admin"]["port"] = gw.address("admin")[1]
+        gw.write_config()
+        cfg = str(gw.config_path)
+        before = ["created-by-hand"]
+        gateway_cli = [sys.executable, "-m", "gateway"]
+        subprocess.run([*gateway_cli, "topics", "create", before[0], "--config", cfg], check=True)
+
+        proc = matrix("--config", cfg, "--records", "5")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "matrix: deleted 4 topic(s) and 2 group(s) it made" in proc.stderr
+        listed = subprocess.run(
+            [*gateway_cli, "topics", "list", "--config", cfg], capture_output=True, text=True
+        )
+        assert listed.stdout == f"{before[0]}\t1\n"  # only what was there before
+        groups = subprocess.run(
+            [*gateway_cli, "groups", "list", "--config", cfg], capture_output=True, text=True
+        )
+        assert groups.returncode == 0 and groups.stdout == ""
+
+        proc = matrix("--config", cfg, "--records", "5", "--keep")
+        assert proc.returncode == 0 and "kept the topics" in proc.stderr
+        listed = subprocess.run(
+            [*gateway_cli, "topics", "list", "--config", cfg], capture_output=True, text=True
+        )
+        assert len(listed.stdout.splitlines()) == 5

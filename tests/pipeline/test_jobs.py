@@ -61,11 +61,11 @@ def test_stats_per_hour_keys_sizes_and_chart(
 
 def test_cli_errors_are_one_line(bootstrap: str, tmp_path: Path, capsys: Any) -> None:
     # no Spark needed to refuse these
-    assert gateway_cli(["pipeline", "export", "t", str(tmp_path / "x"), "--bootstrap", "nope"]) == 1
+    assert gateway_cli(["pipeline", "export", "t", str(tmp_path / "x"), "--bootstrap", "nope"]) == 2
     assert "bootstrap must be host:port" in capsys.readouterr().err
     missing = tmp_path / "missing.toml"
     missing.write_text("[admin]\nenabled = false\n")
-    assert gateway_cli(["pipeline", "stats", "t", "--config", str(missing)]) == 1
+    assert gateway_cli(["pipeline", "stats", "t", "--config", str(missing)]) == 2
     assert "--bootstrap" in capsys.readouterr().err
 
 
@@ -124,3 +124,27 @@ def test_export_count_is_what_the_write_wrote(
     assert export_topic(spark, bootstrap, topic, str(tmp_path / "j"), fmt="json") == 81
     lines = [ln for f in (tmp_path / "j").glob("*.json") for ln in f.read_text().splitlines()]
     assert len(lines) == 81
+
+
+def test_progress_lines_count_records_of_the_total(spark: Any) -> None:
+    """A real Spark job of 4 tasks of 3 seconds each (2 at a time): the lines say records done
+    of the total (estimated from the tasks done), the rate and the time left. (Spark reports
+    task ends a little late: the tasks are long enough for a line between the two pairs.)"""
+    import io
+    import time
+
+    from gateway.pipeline.jobs import progress
+
+    out = io.StringIO()
+    started = time.monotonic() - 30  # as if Spark took 30 s to start
+    with progress(spark, "export t", out=out, every=0.2, total=400, started=started):
+        spark.sparkContext.parallelize(range(4), 4).foreach(lambda _: time.sleep(3))
+    lines = out.getvalue().splitlines()
+    assert lines, "no progress line"
+    assert all(line.startswith("export t: ") for line in lines)
+    assert any(" of 400 records (" in line and "records/s" in line for line in lines), lines
+    # between the first pair of tasks and the second there is a line part-way
+    partway = ("100 of 400 records (25%)", "200 of 400 records (50%)", "300 of 400 records (75%)")
+    assert any(any(p in line for p in partway) and " left, " in line for line in lines), lines
+    # the time so far counts from the command's start, Spark's start included
+    assert all(int(line.split(" s so far")[0].rsplit(" ", 1)[1]) >= 30 for line in lines), lines
