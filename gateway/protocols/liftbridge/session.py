@@ -25,10 +25,13 @@ from gateway.observability import (
     REQUEST_LATENCY,
     REQUESTS,
     labelled,
+    limit_hit,
     protocol_error,
 )
 from gateway.protocols.base import ConnectionContext
 from gateway.protocols.liftbridge.codec import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_RESETS_PER_S,
     CallError,
     CallReset,
     CallStarted,
@@ -123,7 +126,13 @@ class Session:
         self.ctx = ctx
         self.log = ctx.log
         cfg = ctx.listener
-        self.conn = GrpcConnection(max_message_bytes=cfg.max_frame_bytes)
+        self.conn = GrpcConnection(
+            max_message_bytes=cfg.max_frame_bytes,
+            max_buffered_bytes=getattr(
+                cfg, "max_buffered_request_bytes", DEFAULT_MAX_BUFFERED_BYTES
+            ),
+            max_resets_per_s=getattr(cfg, "max_resets_per_s", DEFAULT_MAX_RESETS_PER_S),
+        )
         broker_id = getattr(cfg, "broker_id", "") or f"{ctx.advertised_host}:{ctx.advertised_port}"
         self.service = Service(
             ctx.core,
@@ -237,7 +246,10 @@ class Session:
             try:
                 events = self.conn.receive_data(data)
             except RemoteProtocolError as exc:
-                protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+                if exc.limit is not None:
+                    limit_hit(exc.limit, PROTOCOL, self.log, peer=self.ctx.peer, error=str(exc))
+                else:
+                    protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
                 try:
                     await self._send_pending()  # the GOAWAY
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
