@@ -186,6 +186,7 @@ class Service:
         host: str,
         port: int,
         max_message_bytes: int = 16 << 20,
+        max_answer_bytes: int = 64 << 20,
     ) -> None:
         self.core = core
         self.state = state
@@ -193,6 +194,9 @@ class Service:
         self.host = host
         self.port = port
         self.max_message_bytes = max_message_bytes
+        # what one read of a subscription asks the core for (the listener's max_answer_bytes
+        # caps it; at least one message always comes)
+        self.subscribe_bytes = max(1, min(SUBSCRIBE_MAX_BYTES, max_answer_bytes))
         self._topics: dict[str, TopicInfo] = {}
         self._records_in = labelled(RECORDS_IN, PROTOCOL)
 
@@ -656,7 +660,7 @@ class Service:
                         partition,
                         offset,
                         max_records=1000 if stop is None else stop - offset + 1,
-                        max_bytes=SUBSCRIBE_MAX_BYTES,
+                        max_bytes=self.subscribe_bytes,
                         max_wait_ms=SUBSCRIBE_WAIT_MS,
                     )
                 )

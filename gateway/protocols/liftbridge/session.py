@@ -141,6 +141,7 @@ class Session:
             ctx.advertised_host,
             ctx.advertised_port,
             cfg.max_frame_bytes,
+            cfg.max_answer_bytes,
         )
         self.calls: dict[int, _Call] = {}
         self.draining = False
@@ -434,6 +435,10 @@ class Session:
                 continue
             take_queued(batch)
             await self.service.publish_async(batch, inbox, respond)
+            # a client that publishes without reading its acks: stop taking its requests
+            # (its next ones wait in TCP) until they drain
+            while conn.pending_bytes(sid) > STREAM_QUEUE_BYTES:
+                await self.progress.wait()
 
     async def _publish_inline(
         self, ev: CallStarted, events: list[Any], first: int, half_closed: int
