@@ -4,7 +4,8 @@ A stream is a topic; its subject is the topic config key ``subject`` (the stream
 made through other protocols). This gateway is the one broker and the leader of every partition.
 Cursors are committed offsets: cursor id = group name (``CommitOffset``/``FetchOffset``), listed
 as the internal stream ``__cursors`` (one partition) so clients find a leader for them.
-Consumer groups map onto the core's group coordinator (epoch = generation).
+Consumer groups map onto the core's group coordinator (epoch = generation - 1: a new group's
+epoch is 0, as on the reference server; every join or leave moves it on here).
 
 Errors are raised as :class:`RpcError` (a gRPC status and message); :func:`status_for` maps the
 model's error codes to the statuses the reference server uses.
@@ -476,7 +477,7 @@ class Service:
             gm = pb.ConsumerGroupMetadata(groupId=group)
             if desc.members:
                 gm.coordinator = self.broker_id
-                gm.epoch = desc.generation
+                gm.epoch = group_epoch(desc.generation)
             else:
                 gm.error = pb.ConsumerGroupMetadata.UNKNOWN_GROUP
             resp.groupMetadata.append(gm)
@@ -730,8 +731,12 @@ class Service:
         stop: int | None
         sp = req.stopPosition
         if sp == pb.STOP_ON_CANCEL:
-            return start, None, info.partitions
-        if sp == pb.STOP_OFFSET:
+            if flags is None or not flags.readonly:
+                return start, None, info.partitions
+            # as the reference server: a readonly partition stops at its newest offset (an
+            # empty one, or a start after it, is refused below)
+            stop = hw - 1
+        elif sp == pb.STOP_OFFSET:
             stop = req.stopOffset
         elif sp == pb.STOP_LATEST:
             if hw == start_log:
@@ -833,7 +838,7 @@ class Service:
         )
         return pb.JoinConsumerGroupResponse(
             coordinator=self.broker_id,
-            epoch=result.generation,
+            epoch=group_epoch(result.generation),
             consumerTimeout=CONSUMER_TIMEOUT_NS,
             coordinatorTimeout=COORDINATOR_TIMEOUT_NS,
         )
@@ -851,7 +856,7 @@ class Service:
         desc = await self._execute(DescribeGroup(group))
         if not desc.members:
             raise RpcError(Status.NOT_FOUND, text("group_not_found"))
-        if epoch is not None and epoch > desc.generation:
+        if epoch is not None and epoch > group_epoch(desc.generation):
             raise RpcError(Status.FAILED_PRECONDITION, text("group_epoch"))
         if not any(m.member_id == consumer for m in desc.members):
             raise RpcError(Status.FAILED_PRECONDITION, text("not_member"))
@@ -875,7 +880,7 @@ class Service:
         for topic, partition in result.assignment.partitions:
             by_stream.setdefault(topic, []).append(partition)
         return pb.FetchConsumerGroupAssignmentsResponse(
-            epoch=generation,
+            epoch=group_epoch(generation),
             assignments=[
                 pb.PartitionAssignment(stream=s, partitions=sorted(ps))
                 for s, ps in sorted(by_stream.items())
@@ -893,13 +898,13 @@ class Service:
         desc = await self._execute(DescribeGroup(req.groupId))
         if not desc.members:
             raise RpcError(Status.FAILED_PRECONDITION, text("report_no_group", group=req.groupId))
-        if req.coordinator != self.broker_id or req.epoch != desc.generation:
+        if req.coordinator != self.broker_id or req.epoch != group_epoch(desc.generation):
             raise RpcError(
                 Status.FAILED_PRECONDITION,
                 text(
                     "report_coordinator",
                     coordinator=self.broker_id,
-                    epoch=desc.generation,
+                    epoch=group_epoch(desc.generation),
                     got=req.coordinator,
                     got_epoch=req.epoch,
                 ),
@@ -910,6 +915,11 @@ class Service:
                 text("report_not_member", consumer=req.consumerId, group=req.groupId),
             )
         return pb.ReportConsumerGroupCoordinatorResponse()
+
+
+def group_epoch(generation: int) -> int:
+    """A group's Liftbridge epoch from the core's generation (1 after the first join)."""
+    return max(0, generation - 1)
 
 
 def _enum_name(enum: Any, value: int) -> str:
