@@ -123,6 +123,31 @@ def test_metadata_as_the_reference_server_reports_it(api: Any) -> None:
     assert single.metadata.HasField("pauseTimestamps") and not single.metadata.paused
 
 
+def test_where_the_reference_server_is_plainly_wrong_the_gateway_keeps_its_answer(
+    api: Any,
+) -> None:
+    # the reference server crashes on a negative partition count and accepts "a/b" (a name no
+    # other protocol could use); the gateway refuses both (docs/liftbridge.md)
+    for req, message in (
+        (
+            pb.CreateStreamRequest(name="neg", subject="neg", partitions=-1),
+            "invalid partitions -1",
+        ),
+        (
+            pb.CreateStreamRequest(name="a/b", subject="ab"),
+            "invalid topic name 'a/b': only ASCII letters, digits, '.', '_' and '-'",
+        ),
+    ):
+        with pytest.raises(grpc.RpcError) as info:
+            api.CreateStream(req, timeout=10)
+        assert (info.value.code(), info.value.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            message,
+        )
+    md = api.FetchMetadata(pb.FetchMetadataRequest(streams=["neg", "a/b"]))
+    assert [s.error for s in md.streamMetadata] == [pb.StreamMetadata.UNKNOWN_STREAM] * 2
+
+
 # ------------------------------------------------------------------------ client role
 def _grpc_go_message(text: str) -> bytes:
     """grpc-message as grpc-go percent-encodes it (bytes outside 0x20-0x7E, and '%')."""
