@@ -222,3 +222,49 @@ def test_rapid_reset_ends_the_connection_and_others_keep_answers(gateway: Gatewa
     grpc_bystander.check()
     Footprint.of(gateway).check_within(baseline, RSS_BOUND)
     assert limit_hits(gateway, "max_resets_per_s") >= hits + len(codes)
+
+
+def test_subscribers_that_never_read_are_not_buffered_for(gateway: GatewayProcess) -> None:
+    host, port = gateway.address("liftbridge")
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    api = grpc_module().APIStub(channel)
+    api.CreateStream(pb.CreateStreamRequest(name="big", subject="big"), timeout=10)
+    value = b"v" * MiB
+    for _ in range(40):  # 40 MiB to read
+        api.Publish(pb.PublishRequest(stream="big", value=value), timeout=10)
+    baseline = Footprint.of(gateway)
+    request = pb.SubscribeRequest(stream="big", startPosition=pb.EARLIEST).SerializeToString()
+    framed = b"\x00" + len(request).to_bytes(4, "big") + request
+    encoder = hpack.Encoder()
+    # windows as large as HTTP/2 allows, 30 subscriptions from the start, and never a read:
+    # 1.2 GB of answers if the gateway queued everything it may send
+    out = [
+        PREFACE,
+        frame(4, 0, 0, (4).to_bytes(2, "big") + (2**31 - 1).to_bytes(4, "big")),
+        frame(8, 0, 0, (2**31 - 1 - 65535).to_bytes(4, "big")),
+    ]
+    for k in range(30):
+        sid = 1 + 2 * k
+        out.append(frame(1, 0x04, sid, call_headers(encoder, "Subscribe")))
+        out.append(frame(0, 0x01, sid, framed))
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.connect((host, port))
+    with Bystander(gateway) as bystander:
+        sock.sendall(b"".join(out))
+        time.sleep(3.0)
+        Footprint.of(gateway).check_within(baseline, RSS_BOUND)
+    sock.close()
+    bystander.check()
+    # and a subscriber that reads gets everything
+    call = api.Subscribe(
+        pb.SubscribeRequest(stream="big", startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST),
+        timeout=30,
+    )
+    got = []
+    with pytest.raises(grpc.RpcError) as info:
+        for m in call:
+            got.append(m)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # "Stop offset reached"
+    assert [len(m.value) for m in got[1:]] == [MiB] * 40
+    channel.close()
