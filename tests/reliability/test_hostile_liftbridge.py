@@ -151,31 +151,37 @@ class GrpcBystander:
         assert not self.failures, self.failures[:5]
 
 
-def unfinished_messages(sock_calls: int, message_bytes: int) -> Iterator[bytes]:
-    """HEADERS then all but the last byte of one ``message_bytes`` PublishAsync message, on
-    ``sock_calls`` calls, in 16 KiB DATA frames, ignoring the gateway's flow-control windows."""
+def held_messages(calls: int, message_bytes: int, method: str, whole: bool) -> Iterator[bytes]:
+    """On ``calls`` calls of ``method``: HEADERS, then one ``message_bytes`` message (all of it
+    when ``whole``, else all but its last 16 KiB) in 16 KiB DATA frames, and never the end of
+    the call; the gateway's flow-control windows are ignored."""
     encoder = hpack.Encoder()
-    body = b"y" * 16384
-    for k in range(sock_calls):
+    framed = b"\x00" + message_bytes.to_bytes(4, "big") + b"x" * message_bytes
+    if not whole:
+        framed = framed[:-16384]
+    frames = [framed[i : i + 16384] for i in range(0, len(framed), 16384)]
+    for k in range(calls):
         sid = 1 + 2 * k
-        yield frame(1, 0x04, sid, call_headers(encoder, "PublishAsync"))
-        first = b"\x00" + message_bytes.to_bytes(4, "big") + b"x" * (16384 - 5)
-        out = [frame(0, 0, sid, first)]
-        for _ in range((message_bytes - 1) // 16384 - 1):
-            out.append(frame(0, 0, sid, body))
-        yield b"".join(out)
+        yield frame(1, 0x04, sid, call_headers(encoder, method))
+        yield b"".join(frame(0, 0, sid, f) for f in frames)
 
 
-def test_unfinished_messages_on_one_connection_are_capped(gateway: GatewayProcess) -> None:
+@pytest.mark.parametrize(
+    ("method", "whole"),
+    [("PublishAsync", False), ("Publish", False), ("Publish", True)],
+    ids=["unfinished-messages", "unfinished-unary", "finished-unary-never-ended"],
+)
+def test_requests_held_on_one_connection_are_capped(
+    gateway: GatewayProcess, method: str, whole: bool
+) -> None:
     baseline = Footprint.of(gateway)
     hits = limit_hits(gateway, "max_buffered_request_bytes")
     deadline = time.monotonic() + ATTACK_S
     with Bystander(gateway) as bystander:
-        # 100 calls, each with an unfinished 11 MiB message: 1.1 GB if nothing stopped it
+        # 100 calls, each with an 11 MiB message: 1.1 GB held if nothing stopped it
         sock = connect(gateway)
-        writer = threading.Thread(
-            target=send_until_closed, args=(sock, unfinished_messages(100, 11 * MiB), deadline)
-        )
+        chunks = held_messages(100, 11 * MiB, method, whole)
+        writer = threading.Thread(target=send_until_closed, args=(sock, chunks, deadline))
         writer.start()
         code = read_goaway(sock, deadline)
         sock.close()

@@ -204,6 +204,7 @@ class MessageReceived:
 
     stream_id: int
     messages: list[Any]
+    nbytes: int = 0  # their framed size on the wire, for the session's accounting
 
     @property
     def message(self) -> Any:
@@ -739,7 +740,7 @@ class GrpcConnection:
         if done:
             self._acknowledge(st, done)
         if self._buffered > self.max_buffered_bytes:
-            raise self._calm(
+            raise self.enhance_your_calm(
                 "max_buffered_request_bytes",
                 f"{self._buffered} bytes of unfinished request messages held "
                 f"(max_buffered_request_bytes {self.max_buffered_bytes})",
@@ -789,14 +790,15 @@ class GrpcConnection:
             self._resets = 0
         self._resets += 1
         if self._resets > self.max_resets_per_s:
-            raise self._calm(
+            raise self.enhance_your_calm(
                 "max_resets_per_s",
                 f"more than {self.max_resets_per_s} stream resets in one second",
             )
 
-    def _calm(self, limit: str, message: str) -> RemoteProtocolError:
-        """End the connection for a budget: GOAWAY ENHANCE_YOUR_CALM (after whatever is queued);
-        the caller raises what this returns."""
+    def enhance_your_calm(self, limit: str, message: str) -> RemoteProtocolError:
+        """End the connection for the budget ``limit`` (its config key): GOAWAY
+        ENHANCE_YOUR_CALM after whatever is queued; nothing more is read or sent. The caller
+        raises (or handles) what this returns."""
         if not self._closed:
             last = self._h2.highest_inbound_stream_id or 0
             self._out_extra += self._h2.data_to_send() + _GOAWAY.pack(
@@ -1086,8 +1088,9 @@ class GrpcConnection:
             last = out[-1] if out else None
             if type(last) is MessageReceived and last.stream_id == sid:
                 last.messages.append(msg)
+                last.nbytes += 5 + length
             else:
-                out.append(MessageReceived(sid, [msg]))
+                out.append(MessageReceived(sid, [msg], 5 + length))
         if buf is st.buf:
             if pos:
                 del buf[:pos]

@@ -70,6 +70,7 @@ class _Call:
         "end_status",
         "reset",
         "idle_scope",
+        "held",
     )
 
     def __init__(self, stream_id: int, spec: MethodSpec, timeout_s: float | None) -> None:
@@ -84,6 +85,8 @@ class _Call:
         self.end_status: tuple[int, str] | None = None
         self.reset = False
         self.idle_scope: trio.CancelScope | None = None
+        # request bytes received for this call and not yet taken by it (Session.held)
+        self.held = 0
 
     def end(self, status: int, message: str) -> None:
         """End the call from outside (pause, delete, drain) with this status."""
@@ -126,13 +129,20 @@ class Session:
         self.ctx = ctx
         self.log = ctx.log
         cfg = ctx.listener
+        self.max_buffered = getattr(cfg, "max_buffered_request_bytes", DEFAULT_MAX_BUFFERED_BYTES)
         self.conn = GrpcConnection(
             max_message_bytes=cfg.max_frame_bytes,
-            max_buffered_bytes=getattr(
-                cfg, "max_buffered_request_bytes", DEFAULT_MAX_BUFFERED_BYTES
-            ),
+            max_buffered_bytes=self.max_buffered,
             max_resets_per_s=getattr(cfg, "max_resets_per_s", DEFAULT_MAX_RESETS_PER_S),
         )
+        # Complete request messages the codec handed over (its windows reopened for them) and
+        # no call has taken yet: unary requests waiting for their half-close (``held``, which
+        # with the codec's unfinished messages must stay within max_buffered_request_bytes or
+        # the connection ends) and PublishAsync requests queued for their call (``queued``:
+        # above the same amount the reader waits for the calls to take them).
+        self.held = 0
+        self.queued = 0
+        self._taken = trio.Event()
         broker_id = getattr(cfg, "broker_id", "") or f"{ctx.advertised_host}:{ctx.advertised_port}"
         self.service = Service(
             ctx.core,
@@ -247,14 +257,7 @@ class Session:
             try:
                 events = self.conn.receive_data(data)
             except RemoteProtocolError as exc:
-                if exc.limit is not None:
-                    limit_hit(exc.limit, PROTOCOL, self.log, peer=self.ctx.peer, error=str(exc))
-                else:
-                    protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
-                try:
-                    await self._send_pending()  # the GOAWAY
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+                await self._closing(exc)
                 return
             i = 0
             n = len(events)
@@ -282,14 +285,49 @@ class Session:
                 elif t is CallReset:
                     call = self.calls.pop(ev.stream_id, None)
                     if call is not None:
+                        if not call.spec.client_streaming:
+                            self._take(call, call.held)
                         call.reset = True
                         if call.scope is not None:
                             call.scope.cancel()
                         self._call_done()
                 elif t is CallError:
                     self._on_call_error(ev)
+            if self.conn.buffered_bytes + self.held > self.max_buffered:
+                await self._closing(
+                    self.conn.enhance_your_calm(
+                        "max_buffered_request_bytes",
+                        f"{self.conn.buffered_bytes + self.held} bytes of requests held "
+                        f"(max_buffered_request_bytes {self.max_buffered})",
+                    )
+                )
+                return
             self._send_now()
             self._notify_progress()
+
+    async def _closing(self, exc: RemoteProtocolError) -> None:
+        """The connection is over (a protocol error or a budget): count and log it once, send
+        the GOAWAY waiting in the codec."""
+        if exc.limit is not None:
+            limit_hit(exc.limit, PROTOCOL, self.log, peer=self.ctx.peer, error=str(exc))
+        else:
+            protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+        try:
+            await self._send_pending()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    def _take(self, call: _Call, nbytes: int) -> None:
+        """``nbytes`` of the requests held for ``call`` are taken (or dropped with it)."""
+        if not nbytes:
+            return
+        call.held -= nbytes
+        if call.spec.client_streaming:
+            self.queued -= nbytes
+            self._taken.set()
+            self._taken = trio.Event()
+        else:
+            self.held -= nbytes
 
     # ------------------------------------------------------------------ events
     def _on_call(self, ev: CallStarted, nursery: trio.Nursery) -> None:
@@ -307,18 +345,29 @@ class Session:
         if call is None:
             return
         if call.send_channel is not None:
-            # a client-streaming call: hand the messages over as one list
+            # a client-streaming call: hand the messages over as one list (with their size)
+            item = (ev.messages, ev.nbytes)
+            call.held += ev.nbytes
+            self.queued += ev.nbytes
             try:
-                call.send_channel.send_nowait(ev.messages)
+                call.send_channel.send_nowait(item)
             except trio.WouldBlock:
                 try:
-                    await call.send_channel.send(ev.messages)
+                    await call.send_channel.send(item)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+                    self._take(call, ev.nbytes)
+                    return
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+                self._take(call, ev.nbytes)
+                return
+            # calls that do not keep up (their client does not read its acks, the core is
+            # slow): read nothing more until they took enough
+            while self.queued > self.max_buffered:
+                await self._taken.wait()
         elif call.request is None and len(ev.messages) == 1:
             call.request = ev.messages[0]
+            call.held += ev.nbytes
+            self.held += ev.nbytes
         else:
             call.extra = True
 
@@ -329,6 +378,7 @@ class Session:
         if call.send_channel is not None:
             call.send_channel.close()
             return
+        self._take(call, call.held)  # the call takes its request now (or is refused)
         if call.request is None or call.extra:
             what = "no request message" if call.request is None else "more than one request"
             protocol_error(self.log, PROTOCOL, "bad_call", method=call.spec.name, error=what)
@@ -343,6 +393,8 @@ class Session:
 
     def _on_call_error(self, ev: CallError) -> None:
         call = self.calls.pop(ev.stream_id, None)
+        if call is not None and not call.spec.client_streaming:
+            self._take(call, call.held)
         name = call.spec.name if call is not None else "?"
         protocol_error(
             self.log, PROTOCOL, ev.kind, method=name, status=ev.status.name, error=ev.message
@@ -392,6 +444,9 @@ class Session:
                 status, message = call.end_status
             elif not call.reset:
                 status, message = Status.DEADLINE_EXCEEDED, "deadline exceeded"
+        if call.recv_channel is not None:
+            call.recv_channel.close()  # the reader's next send to it fails
+            self._take(call, call.held)  # what the call left in its queue is dropped
         if not call.reset:
             self.conn.send_trailers(call.stream_id, status, message)
             self._send_now()
@@ -410,10 +465,14 @@ class Session:
             conn.send_raw(sid, b"".join(messages))
             self._send_now()
 
+        def take(item: tuple[list[Any], int], batch: list[Any]) -> None:
+            batch.extend(item[0])
+            self._take(call, item[1])
+
         def take_queued(batch: list[Any]) -> None:
             while len(batch) < PUBLISH_RUN:
                 try:
-                    batch.extend(recv.receive_nowait())
+                    take(recv.receive_nowait(), batch)
                 except (trio.WouldBlock, trio.EndOfChannel):
                     return
 
@@ -427,7 +486,7 @@ class Session:
             with trio.CancelScope() as idle:
                 call.idle_scope = idle
                 try:
-                    batch.extend(await recv.receive())
+                    take(await recv.receive(), batch)
                 except trio.EndOfChannel:
                     return
             call.idle_scope = None
