@@ -286,59 +286,53 @@ def big_windows() -> bytes:
 
 
 def test_a_publisher_that_never_reads_its_acks_is_slowed_not_buffered_for(
-    tmp_path_factory: pytest.TempPathFactory,
+    gateway: GatewayProcess,
 ) -> None:
-    small = {"max_frame_bytes": MiB, "max_buffered_request_bytes": 2 * MiB}
-    with GatewayProcess(
-        tmp_path_factory.mktemp("hostile-lb-acks"),
-        listeners={"liftbridge": small},
-        backend="memory",
-    ) as gw:
-        host, port = gw.address("liftbridge")
-        channel = grpc.insecure_channel(f"{host}:{port}")
-        api = grpc_module().APIStub(channel)
-        api.CreateStream(pb.CreateStreamRequest(name="acks", subject="acks"), timeout=10)
-        baseline = Footprint.of(gw)
-        request = pb.PublishRequest(
-            stream="acks", value=b"v" * 100, correlationId="c" * 20, ackPolicy=pb.LEADER
-        ).SerializeToString()
-        framed = (b"\x00" + len(request).to_bytes(4, "big") + request) * 120  # ~16 KiB
-        total = 120 * 500  # 60,000 requests, 8 MB, in one PublishAsync call
-        data = b"".join(frame(0, 0, 1, framed) for _ in range(500))
-        head = big_windows() + frame(1, 0x04, 1, call_headers(hpack.Encoder(), "PublishAsync"))
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-        sock.connect((host, port))
-        deadline = time.monotonic() + ATTACK_S
-        writer = threading.Thread(
-            target=send_until_closed, args=(sock, iter([head, data]), deadline), daemon=True
-        )
+    gw = gateway
+    host, port = gw.address("liftbridge")
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    api = grpc_module().APIStub(channel)
+    api.CreateStream(pb.CreateStreamRequest(name="acks", subject="acks"), timeout=10)
+    baseline = Footprint.of(gw)
+    request = pb.PublishRequest(
+        stream="acks", value=b"v" * 100, correlationId="c" * 20, ackPolicy=pb.LEADER
+    ).SerializeToString()
+    framed = (b"\x00" + len(request).to_bytes(4, "big") + request) * 120  # ~16 KiB
+    total = 120 * 500  # 60,000 requests, 8 MB, in one PublishAsync call: within its window
+    data = b"".join(frame(0, 0, 1, framed) for _ in range(500))
+    head = big_windows() + frame(1, 0x04, 1, call_headers(hpack.Encoder(), "PublishAsync"))
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.connect((host, port))
+    deadline = time.monotonic() + ATTACK_S
+    writer = threading.Thread(
+        target=send_until_closed, args=(sock, iter([head, data]), deadline), daemon=True
+    )
 
-        def stored() -> int:
-            md = api.FetchPartitionMetadata(
-                pb.FetchPartitionMetadataRequest(stream="acks"), timeout=10
-            )
-            return md.metadata.highWatermark + 1
+    def stored() -> int:
+        md = api.FetchPartitionMetadata(pb.FetchPartitionMetadataRequest(stream="acks"), timeout=10)
+        return md.metadata.highWatermark + 1
 
-        with Bystander(gw) as bystander:
-            writer.start()
-            time.sleep(1.5)
-            # the gateway stopped taking requests while its acks wait
-            paused_at = stored()
-            assert 0 < paused_at < total
-            time.sleep(0.5)
-            assert stored() == paused_at
-            Footprint.of(gw).check_within(baseline, 150 * MiB)
-            # once the client reads, everything is stored and acknowledged
-            sock.settimeout(1.0)
-            while time.monotonic() < deadline and stored() < total:
-                try:
-                    while sock.recv(1 << 20):
-                        pass
-                except TimeoutError:
+    with Bystander(gw) as bystander:
+        writer.start()
+        time.sleep(1.5)
+        # the gateway stopped taking requests while its acks wait (the rest waits, unread,
+        # within the call's flow-control window)
+        paused_at = stored()
+        assert 0 < paused_at < total
+        time.sleep(0.5)
+        assert stored() == paused_at
+        Footprint.of(gw).check_within(baseline, 150 * MiB)
+        # once the client reads, everything is stored and acknowledged
+        sock.settimeout(1.0)
+        while time.monotonic() < deadline and stored() < total:
+            try:
+                while sock.recv(1 << 20):
                     pass
-            assert stored() == total
-        sock.close()
-        writer.join()
-        channel.close()
-        bystander.check()
+            except TimeoutError:
+                pass
+        assert stored() == total
+    sock.close()
+    writer.join()
+    channel.close()
+    bystander.check()

@@ -350,6 +350,8 @@ class _Stream:
         "send_window",
         "held",
         "held_h2",
+        "lends",
+        "lent",
     )
 
     def __init__(self, stream_id: int, method: MethodSpec | None) -> None:
@@ -373,6 +375,10 @@ class _Stream:
         # unfinished message), and how many of them came through h2 (acknowledged through h2)
         self.held = 0
         self.held_h2 = 0
+        # a client-streaming call (server role): its complete messages stay unacknowledged
+        # until the session has taken them (``release``); ``lent`` bytes are out so far
+        self.lends = False
+        self.lent = 0
 
 
 class _CachingDecoder(hpack.Decoder):
@@ -462,6 +468,8 @@ class GrpcConnection:
         self.stream_window = min(_MAX_WINDOW, max_message_bytes + 5 + ACK_BATCH)
         self.conn_window = min(_MAX_WINDOW, max_buffered_bytes + ACK_BATCH + 65536)
         self._buffered = 0  # sum of held over the streams
+        self._lent = 0  # sum of lent over the streams (and the calls gone with bytes lent)
+        self._gone: dict[int, _Stream] = {}  # calls ended with bytes still lent
         self._resets = 0  # RST_STREAM frames received in the current second
         self._resets_since = clock()
         self.methods = METHODS if methods is None else methods
@@ -559,6 +567,27 @@ class GrpcConnection:
     def buffered_bytes(self) -> int:
         """Bytes of unfinished request messages held (not yet acknowledged to the peer)."""
         return self._buffered
+
+    @property
+    def lent_bytes(self) -> int:
+        """Bytes of complete client-streaming requests handed over and not yet released."""
+        return self._lent
+
+    def release(self, stream_id: int, nbytes: int) -> None:
+        """The session is done with ``nbytes`` of the messages it was handed for
+        ``stream_id`` (``MessageReceived.nbytes``): for a client-streaming call, lent until
+        now, the peer's windows reopen by that much. Anything else: nothing to do. So the
+        requests a PublishAsync call has not taken yet are bounded by the HTTP/2 windows,
+        without the reader ever waiting for the call (it must go on reading WINDOW_UPDATEs)."""
+        st = self._streams.get(stream_id) or self._gone.get(stream_id)
+        if st is None or not st.lent:
+            return
+        n = min(nbytes, st.lent)
+        st.lent -= n
+        self._lent -= n
+        if not st.lent:
+            self._gone.pop(stream_id, None)
+        self._acknowledge(st, n)
 
     def pending_bytes(self, stream_id: int) -> int:
         """Bytes queued on a stream waiting for the peer's flow-control window."""
@@ -731,10 +760,11 @@ class GrpcConnection:
         """A DATA frame's payload ``data`` (``length`` flow-controlled bytes, with padding) for
         ``st``: cut out its complete messages, then acknowledge every byte not still held in
         an unfinished message. Past the buffered cap the connection ends."""
+        lent = st.lent
         if not st.failed:
             self._consume(st, data, out)
         held = 0 if st.failed else len(st.buf)
-        done = st.held + length - held
+        done = st.held + length - held - (st.lent - lent)
         self._buffered += held - st.held
         st.held = held
         if done:
@@ -744,6 +774,13 @@ class GrpcConnection:
                 "max_buffered_request_bytes",
                 f"{self._buffered} bytes of unfinished request messages held "
                 f"(max_buffered_request_bytes {self.max_buffered_bytes})",
+            )
+        if self._buffered + self._lent > self.conn_window:
+            # more than our window lets through: the peer ignores flow control
+            raise self.enhance_your_calm(
+                "max_buffered_request_bytes",
+                f"{self._buffered + self._lent} bytes of requests held, past the "
+                f"connection's flow-control window ({self.conn_window})",
             )
 
     def _acknowledge(self, st: _Stream, n: int) -> None:
@@ -779,6 +816,8 @@ class GrpcConnection:
             st.held = 0
             st.buf = bytearray()
             self._acknowledge(st, held)
+        if st is not None and st.lent:
+            self._gone[sid] = st  # until the session releases them
         return st
 
     def _count_reset(self) -> None:
@@ -1004,6 +1043,7 @@ class GrpcConnection:
             )
             return st
         st.method = spec
+        st.lends = spec.client_streaming
         out.append(CallStarted(sid, spec, timeout, tuple(metadata)))
         return st
 
@@ -1091,6 +1131,9 @@ class GrpcConnection:
                 last.nbytes += 5 + length
             else:
                 out.append(MessageReceived(sid, [msg], 5 + length))
+            if st.lends:
+                st.lent += 5 + length
+                self._lent += 5 + length
         if buf is st.buf:
             if pos:
                 del buf[:pos]

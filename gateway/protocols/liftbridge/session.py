@@ -3,8 +3,9 @@
 Tasks per connection (one nursery): the reader (socket -> codec events -> calls), the writer
 (codec bytes -> socket; woken by ``kick``, so bursts coalesce into few writes), a drain watcher,
 and one task per call. Unary and server-streaming calls start once the request is complete (the
-client half-closed); PublishAsync starts at once and reads its requests from a bounded channel, so
-a client that publishes faster than the core appends is slowed by TCP, not buffered.
+client half-closed); PublishAsync starts at once and reads its requests from a queue whose bytes the
+codec keeps unacknowledged until the call takes them, so a client that publishes faster than the
+core appends (or than it reads its acks) is slowed by HTTP/2 flow control, not buffered.
 Subscriptions stop producing while their stream's flow-control queue is full.
 
 Bad input: a broken HTTP/2 connection gets GOAWAY and is closed; a bad call or message gets its
@@ -13,6 +14,7 @@ gRPC status on that stream only; both are logged once and counted.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -53,7 +55,6 @@ from gateway.protocols.liftbridge.state import state_for
 
 RECEIVE_BYTES = 256 * 1024
 STREAM_QUEUE_BYTES = 1 << 20  # a subscription waits while more than this is queued
-PUBLISH_QUEUE = 64  # PublishAsync request batches (one per socket read) read ahead per call
 PUBLISH_RUN = 2048  # requests handed to the core in one go
 
 
@@ -135,14 +136,11 @@ class Session:
             max_buffered_bytes=self.max_buffered,
             max_resets_per_s=getattr(cfg, "max_resets_per_s", DEFAULT_MAX_RESETS_PER_S),
         )
-        # Complete request messages the codec handed over (its windows reopened for them) and
-        # no call has taken yet: unary requests waiting for their half-close (``held``, which
-        # with the codec's unfinished messages must stay within max_buffered_request_bytes or
-        # the connection ends) and PublishAsync requests queued for their call (``queued``:
-        # above the same amount the reader waits for the calls to take them).
+        # Unary requests waiting for their half-close (the codec reopened the windows for
+        # them): with the codec's unfinished messages they must stay within
+        # max_buffered_request_bytes, or the connection ends. (PublishAsync requests not taken
+        # yet are bounded by the windows: the codec lends them until ``release``.)
         self.held = 0
-        self.queued = 0
-        self._taken = trio.Event()
         broker_id = getattr(cfg, "broker_id", "") or f"{ctx.advertised_host}:{ctx.advertised_port}"
         self.service = Service(
             ctx.core,
@@ -266,7 +264,7 @@ class Session:
                 i += 1
                 t = type(ev)
                 if t is MessageReceived:
-                    await self._on_message(ev)
+                    self._on_message(ev)
                 elif t is CallStarted:
                     if (
                         not self.calls
@@ -323,9 +321,7 @@ class Session:
             return
         call.held -= nbytes
         if call.spec.client_streaming:
-            self.queued -= nbytes
-            self._taken.set()
-            self._taken = trio.Event()
+            self.conn.release(call.stream_id, nbytes)
         else:
             self.held -= nbytes
 
@@ -337,33 +333,23 @@ class Session:
         call = _Call(ev.stream_id, ev.method, ev.timeout_s)
         self.calls[ev.stream_id] = call
         if ev.method.client_streaming:
-            call.send_channel, call.recv_channel = trio.open_memory_channel(PUBLISH_QUEUE)
+            call.send_channel, call.recv_channel = trio.open_memory_channel(math.inf)
             nursery.start_soon(self._run_call, call)
 
-    async def _on_message(self, ev: MessageReceived) -> None:
+    def _on_message(self, ev: MessageReceived) -> None:
         call = self.calls.get(ev.stream_id)
         if call is None:
+            self.conn.release(ev.stream_id, ev.nbytes)  # nobody takes them
             return
         if call.send_channel is not None:
-            # a client-streaming call: hand the messages over as one list (with their size)
-            item = (ev.messages, ev.nbytes)
+            # a client-streaming call: hand the messages over as one list (with their size,
+            # released as the call takes them); the queue is bounded by the HTTP/2 windows,
+            # so the reader never waits for the call
             call.held += ev.nbytes
-            self.queued += ev.nbytes
             try:
-                call.send_channel.send_nowait(item)
-            except trio.WouldBlock:
-                try:
-                    await call.send_channel.send(item)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self._take(call, ev.nbytes)
-                    return
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                call.send_channel.send_nowait((ev.messages, ev.nbytes))
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                 self._take(call, ev.nbytes)
-                return
-            # calls that do not keep up (their client does not read its acks, the core is
-            # slow): read nothing more until they took enough
-            while self.queued > self.max_buffered:
-                await self._taken.wait()
         elif call.request is None and len(ev.messages) == 1:
             call.request = ev.messages[0]
             call.held += ev.nbytes
@@ -512,8 +498,10 @@ class Session:
         call = _Call(ev.stream_id, ev.method, ev.timeout_s)
         self.calls[ev.stream_id] = call
         batch: list[Any] = []
+        nbytes = 0
         for j in range(first, half_closed):
             batch.extend(events[j].messages)
+            nbytes += events[j].nbytes
         sid = call.stream_id
         conn = self.conn
         status: int = Status.OK
@@ -534,6 +522,7 @@ class Session:
         except Exception as exc:
             self.log.exception("rpc_failed", method="PublishAsync", error=repr(exc))
             status, message = Status.INTERNAL, f"internal error: {exc!r}"
+        conn.release(sid, nbytes)
         conn.send_trailers(sid, status, message)
         self.calls.pop(sid, None)
         self._count("PublishAsync", status, time.perf_counter() - started)

@@ -597,10 +597,11 @@ def goaway_code(data: bytes) -> int | None:
     return codes[-1] if codes else None
 
 
-def test_a_window_reopens_only_when_its_message_is_complete() -> None:
+@pytest.mark.parametrize("method", ["Publish", "PublishAsync"])
+def test_a_window_reopens_only_when_its_message_is_complete(method: str) -> None:
     client, server = pair()
     server.data_to_send()
-    sid = client.start_call("PublishAsync")
+    sid = client.start_call(method)
     payload = pb.PublishRequest(stream="s", value=b"v" * (3 << 20)).SerializeToString()
     framed = frame_message(payload)
     head = client.data_to_send()
@@ -612,11 +613,56 @@ def test_a_window_reopens_only_when_its_message_is_complete() -> None:
     assert server.buffered_bytes == held
     assert window_updates(server.data_to_send()) == {}  # nothing given back yet
     events = server.receive_data(b"".join(frame(0, 0, sid, p) for p in parts[half:]))
-    assert [len(m.value) for e in events if isinstance(e, MessageReceived) for m in e.messages] == [
-        3 << 20
-    ]
+    got = [e for e in events if isinstance(e, MessageReceived)]
+    assert [len(m.value) for e in got for m in e.messages] == [3 << 20]
+    assert [e.nbytes for e in got] == [len(framed)]
     assert server.buffered_bytes == 0
+    if method == "PublishAsync":
+        # a client-streaming call's requests are lent to the session until it takes them
+        assert server.lent_bytes == len(framed)
+        assert window_updates(server.data_to_send()) == {}
+        server.release(sid, len(framed))
+        assert server.lent_bytes == 0
+    else:
+        server.release(sid, len(framed))  # nothing lent: nothing happens
     assert window_updates(server.data_to_send()) == {0: len(framed), sid: len(framed)}
+
+
+def test_requests_lent_by_a_call_that_ended_are_given_back_on_release() -> None:
+    client, server = pair()
+    server.data_to_send()
+    sid = client.start_call("PublishAsync")
+    client.send_message(sid, pb.PublishRequest(stream="s", value=b"v" * (2 << 20)))
+    events = server.receive_data(client.data_to_send())
+    (ev,) = [e for e in events if isinstance(e, MessageReceived)]
+    server.send_trailers(sid, Status.OK)  # the call ends before it took its request
+    server.data_to_send()
+    assert server.lent_bytes == ev.nbytes
+    server.release(sid, ev.nbytes)
+    assert server.lent_bytes == 0
+    assert window_updates(server.data_to_send()) == {0: ev.nbytes}  # the stream is gone
+
+
+def test_a_peer_that_ignores_the_windows_is_stopped() -> None:
+    client = GrpcConnection(client=True)
+    server = GrpcConnection(max_message_bytes=1 << 20, max_buffered_bytes=2 << 20)
+    client.initiate()
+    server.initiate()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    server.data_to_send()
+    sid = client.start_call("PublishAsync")
+    msg = frame_message(pb.PublishRequest(stream="s", value=b"v" * 16000).SerializeToString())
+    data = client.data_to_send()
+    with pytest.raises(RemoteProtocolError) as info:
+        for _ in range(400):  # 6.4 MB of whole requests, none released: past the window
+            data += frame(0, 0, sid, msg)
+            server.receive_data(data)
+            data = b""
+    assert info.value.limit == "max_buffered_request_bytes"
+    assert server.lent_bytes > server.conn_window
+    assert goaway_code(server.data_to_send()) == 0x0B
 
 
 def test_unfinished_messages_past_the_cap_end_the_connection_calmly() -> None:
