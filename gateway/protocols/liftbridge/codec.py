@@ -11,8 +11,10 @@ Bytes in, events out; calls in, bytes out. No sockets, no trio. HTTP/2 itself is
 - flow control: outgoing messages wait in a per-stream queue until the peer's window allows them
   (``pending_bytes`` lets the I/O layer stop producing); received DATA is acknowledged (the
   peer's windows reopened) only once the message it belongs to is complete and handed over as an
-  event, so what a peer can make us buffer is its unfinished messages. Their total per connection
-  is capped (``max_buffered_bytes``): past it the connection ends with GOAWAY ENHANCE_YOUR_CALM.
+  event, and for a client-streaming call only once the session has taken it (``release``), so
+  what a peer can make us buffer is bounded by our windows. Unfinished messages are capped per
+  connection (``max_buffered_bytes``): past that, or past the connection's window, the
+  connection ends with GOAWAY ENHANCE_YOUR_CALM.
 - rapid reset (CVE-2023-44487): more than ``max_resets_per_s`` RST_STREAM frames from the peer
   within one second end the connection with GOAWAY ENHANCE_YOUR_CALM.
 
