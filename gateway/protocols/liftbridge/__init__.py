@@ -27,6 +27,23 @@ class LiftbridgeListenerConfig(ListenerConfig):
     """The broker id in FetchMetadata ("" = advertised host:port)."""
     nats: str = ""
     """A NATS server (nats://host:port) whose stream subjects are ingested ("" = off)."""
+    max_buffered_request_bytes: int = 64 * MiB
+    """Unfinished request messages one connection may have us hold (past it: GOAWAY
+    ENHANCE_YOUR_CALM). At least one largest message (max_frame_bytes + 5)."""
+    max_resets_per_s: int = 100
+    """RST_STREAM frames one connection may send per second (past it: GOAWAY
+    ENHANCE_YOUR_CALM; HTTP/2 rapid reset)."""
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.max_buffered_request_bytes < self.max_frame_bytes + 5:
+            problems.append(
+                f"max_buffered_request_bytes: got {self.max_buffered_request_bytes}, expected "
+                f">= max_frame_bytes + 5 ({self.max_frame_bytes + 5}): one whole message must fit"
+            )
+        if self.max_resets_per_s < 1:
+            problems.append(f"max_resets_per_s: got {self.max_resets_per_s}, expected >= 1")
+        return problems
 
 
 PROTOCOL = ProtocolSpec(

@@ -9,8 +9,14 @@ Bytes in, events out; calls in, bytes out. No sockets, no trio. HTTP/2 itself is
 - message framing: 1 byte compressed flag, 4 bytes big-endian length, the protobuf bytes, cut out
   of DATA frames however the peer split them, and decoded with the method's protobuf class;
 - flow control: outgoing messages wait in a per-stream queue until the peer's window allows them
-  (``pending_bytes`` lets the I/O layer stop producing); received data is acknowledged as it is
-  consumed.
+  (``pending_bytes`` lets the I/O layer stop producing); received DATA is acknowledged (the
+  peer's windows reopened) only once the message it belongs to is complete and handed over as an
+  event, and for a client-streaming call only once the session has taken it (``release``), so
+  what a peer can make us buffer is bounded by our windows. Unfinished messages are capped per
+  connection (``max_buffered_bytes``): past that, or past the connection's window, the
+  connection ends with GOAWAY ENHANCE_YOUR_CALM.
+- rapid reset (CVE-2023-44487): more than ``max_resets_per_s`` RST_STREAM frames from the peer
+  within one second end the connection with GOAWAY ENHANCE_YOUR_CALM.
 
 Blame is kept apart as in h11: a peer's bad HTTP/2 raises :class:`RemoteProtocolError` (the
 connection is finished; a GOAWAY is waiting in ``data_to_send``); a bad call or message arrives as a
@@ -23,8 +29,9 @@ from __future__ import annotations
 import enum
 import functools
 import struct
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -45,7 +52,13 @@ GRPC_PREFIX = struct.Struct(">BI")
 # GOAWAY, stream 0, last stream 0, PROTOCOL_ERROR (RFC 7540 6.8)
 _GOAWAY_PROTOCOL_ERROR = bytes.fromhex("000008 07 00 00000000 00000000 00000001")
 DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
-LOCAL_WINDOW = 4 << 20  # our receive window per stream and for the connection
+DEFAULT_MAX_BUFFERED_BYTES = 64 << 20  # unfinished request messages held per connection
+DEFAULT_MAX_RESETS_PER_S = 100  # RST_STREAM frames a peer may send per second
+# Received bytes are acknowledged in batches of up to this much per stream and per connection.
+# Our receive windows are that much larger than what they must let through (one whole message
+# per stream, the buffered cap per connection), so the batching can never stall a peer.
+ACK_BATCH = 1 << 20
+_ENHANCE_YOUR_CALM = 0x0B  # RFC 7540 7
 _MAX_WINDOW = 2**31 - 1  # RFC 7540 6.9.1
 _REQUEST_FLAGS = h2.utilities.HeaderValidationFlags(
     is_client=False, is_trailer=False, is_response_header=False, is_push_promise=False
@@ -151,12 +164,14 @@ METHODS_BY_NAME: dict[str, MethodSpec] = {s.name: s for s in METHODS.values()}
 
 
 class RemoteProtocolError(Exception):
-    """The peer broke HTTP/2 (or sent something that is not gRPC at the connection level).
-    The connection is over; ``data_to_send()`` holds the GOAWAY to send before closing."""
+    """The peer broke HTTP/2 (or sent something that is not gRPC at the connection level), or
+    went past a budget (``limit`` names its config key; else None). The connection is over;
+    ``data_to_send()`` holds the GOAWAY to send before closing."""
 
-    def __init__(self, message: str, kind: str = "http2") -> None:
+    def __init__(self, message: str, kind: str = "http2", limit: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.limit = limit
 
 
 class LocalProtocolError(Exception):
@@ -191,6 +206,7 @@ class MessageReceived:
 
     stream_id: int
     messages: list[Any]
+    nbytes: int = 0  # their framed size on the wire, for the session's accounting
 
     @property
     def message(self) -> Any:
@@ -334,6 +350,10 @@ class _Stream:
         "consumed",
         "detached",
         "send_window",
+        "held",
+        "held_h2",
+        "lends",
+        "lent",
     )
 
     def __init__(self, stream_id: int, method: MethodSpec | None) -> None:
@@ -353,6 +373,14 @@ class _Stream:
         # with the peer's window for it in ``send_window``
         self.detached = False
         self.send_window = 0
+        # received flow-controlled bytes not acknowledged yet (== len(buf) between frames: the
+        # unfinished message), and how many of them came through h2 (acknowledged through h2)
+        self.held = 0
+        self.held_h2 = 0
+        # a client-streaming call (server role): its complete messages stay unacknowledged
+        # until the session has taken them (``release``); ``lent`` bytes are out so far
+        self.lends = False
+        self.lent = 0
 
 
 class _CachingDecoder(hpack.Decoder):
@@ -428,9 +456,24 @@ class GrpcConnection:
         client: bool = False,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         methods: dict[str, MethodSpec] | None = None,
+        max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+        max_resets_per_s: int = DEFAULT_MAX_RESETS_PER_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.max_message_bytes = max_message_bytes
+        self.max_buffered_bytes = max_buffered_bytes
+        self.max_resets_per_s = max_resets_per_s
+        self._clock = clock
+        # receive windows: a stream's lets one whole message through (it is acknowledged only
+        # when complete), the connection's the buffered cap (past it the connection ends)
+        self.stream_window = min(_MAX_WINDOW, max_message_bytes + 5 + ACK_BATCH)
+        self.conn_window = min(_MAX_WINDOW, max_buffered_bytes + ACK_BATCH + 65536)
+        self._buffered = 0  # sum of held over the streams
+        self._lent = 0  # sum of lent over the streams (and the calls gone with bytes lent)
+        self._gone: dict[int, _Stream] = {}  # calls ended with bytes still lent
+        self._resets = 0  # RST_STREAM frames received in the current second
+        self._resets_since = clock()
         self.methods = METHODS if methods is None else methods
         # a server validates request headers itself, once per distinct header list
         # (_check_inbound); h2 validates every block again, a sixth of a one-message call
@@ -470,13 +513,13 @@ class GrpcConnection:
         h2c.local_settings = h2.settings.Settings(
             client=self.client,
             initial_values={
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: LOCAL_WINDOW,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.stream_window,
                 h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000,
                 h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
             },
         )
         h2c.initiate_connection()
-        h2c.increment_flow_control_window(LOCAL_WINDOW - 65535)
+        h2c.increment_flow_control_window(self.conn_window - 65535)
 
     def data_to_send(self) -> bytes:
         """Everything to write now. Messages queued since the last call go out here, so all
@@ -522,6 +565,32 @@ class GrpcConnection:
     def open_calls(self) -> int:
         return len(self._streams)
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of unfinished request messages held (not yet acknowledged to the peer)."""
+        return self._buffered
+
+    @property
+    def lent_bytes(self) -> int:
+        """Bytes of complete client-streaming requests handed over and not yet released."""
+        return self._lent
+
+    def release(self, stream_id: int, nbytes: int) -> None:
+        """The session is done with ``nbytes`` of the messages it was handed for
+        ``stream_id`` (``MessageReceived.nbytes``): for a client-streaming call, lent until
+        now, the peer's windows reopen by that much. Anything else: nothing to do. So the
+        requests a PublishAsync call has not taken yet are bounded by the HTTP/2 windows,
+        without the reader ever waiting for the call (it must go on reading WINDOW_UPDATEs)."""
+        st = self._streams.get(stream_id) or self._gone.get(stream_id)
+        if st is None or not st.lent:
+            return
+        n = min(nbytes, st.lent)
+        st.lent -= n
+        self._lent -= n
+        if not st.lent:
+            self._gone.pop(stream_id, None)
+        self._acknowledge(st, n)
+
     def pending_bytes(self, stream_id: int) -> int:
         """Bytes queued on a stream waiting for the peer's flow-control window."""
         st = self._streams.get(stream_id)
@@ -559,6 +628,8 @@ class GrpcConnection:
             if end - pos - 9 < length:
                 break
             kind = buf[pos + 3]
+            if kind == 3:
+                self._count_reset()
             if kind == 1 and self._can_detach and buf[pos + 4] & 0xFA == 0 and buf[pos + 4] & 4:
                 if run >= 0:
                     out += self._h2_feed(bytes(buf[run:pos]))
@@ -581,9 +652,7 @@ class GrpcConnection:
                     if run >= 0:
                         out += self._h2_feed(bytes(buf[run:pos]))
                         run = -1
-                    if not st.failed:
-                        self._consume(st, memoryview(buf)[start:stop], out)
-                    self._fast_window(st, length)
+                    self._take(st, memoryview(buf)[start:stop], length, out)
                     if flags & 0x01:
                         self._on_stream_ended(sid, out)
                     pos += 9 + length
@@ -614,9 +683,7 @@ class GrpcConnection:
                         run = -1
                         st = streams.get(sid)
                     if st is not None and not st.remote_closed:
-                        if not st.failed:
-                            self._consume(st, memoryview(buf)[pos + 9 : pos + 9 + length], out)
-                        self._fast_window(st, length)
+                        self._take(st, memoryview(buf)[pos + 9 : pos + 9 + length], length, out)
                         pos += 9 + length
                         continue
             elif kind == 8 and length == 4 and not self._closed:
@@ -691,16 +758,95 @@ class GrpcConnection:
             self._flush_needed = True
         return True
 
-    def _fast_window(self, st: _Stream, length: int) -> None:
-        st.consumed += length
-        self._conn_consumed += length
-        half = LOCAL_WINDOW // 2
-        if st.consumed >= half:
-            self._out_extra += _window_update(st.stream_id, st.consumed)
-            st.consumed = 0
-        if self._conn_consumed >= half:
-            self._out_extra += _window_update(0, self._conn_consumed)
-            self._conn_consumed = 0
+    def _take(self, st: _Stream, data: bytes | memoryview, length: int, out: list[Event]) -> None:
+        """A DATA frame's payload ``data`` (``length`` flow-controlled bytes, with padding) for
+        ``st``: cut out its complete messages, then acknowledge every byte not still held in
+        an unfinished message. Past the buffered cap the connection ends."""
+        lent = st.lent
+        if not st.failed:
+            self._consume(st, data, out)
+        held = 0 if st.failed else len(st.buf)
+        done = st.held + length - held - (st.lent - lent)
+        self._buffered += held - st.held
+        st.held = held
+        if done:
+            self._acknowledge(st, done)
+        if self._buffered > self.max_buffered_bytes:
+            raise self.enhance_your_calm(
+                "max_buffered_request_bytes",
+                f"{self._buffered} bytes of unfinished request messages held "
+                f"(max_buffered_request_bytes {self.max_buffered_bytes})",
+            )
+        if self._buffered + self._lent > self.conn_window:
+            # more than our window lets through: the peer ignores flow control
+            raise self.enhance_your_calm(
+                "max_buffered_request_bytes",
+                f"{self._buffered + self._lent} bytes of requests held, past the "
+                f"connection's flow-control window ({self.conn_window})",
+            )
+
+    def _acknowledge(self, st: _Stream, n: int) -> None:
+        """Reopen the peer's windows by ``n`` bytes of ``st``: those h2 counted through h2, the
+        others (the fast path's) with our own WINDOW_UPDATE frames, in batches."""
+        k = min(n, st.held_h2)
+        if k:
+            st.held_h2 -= k
+            n -= k
+            if not self._closed:
+                try:
+                    self._h2.acknowledge_received_data(k, st.stream_id)
+                except h2.exceptions.ProtocolError:
+                    pass
+        if n:
+            self._conn_consumed += n
+            if self._streams.get(st.stream_id) is st and not st.remote_closed:
+                st.consumed += n
+                if st.consumed >= ACK_BATCH:
+                    self._out_extra += _window_update(st.stream_id, st.consumed)
+                    st.consumed = 0
+            if self._conn_consumed >= ACK_BATCH:
+                self._out_extra += _window_update(0, self._conn_consumed)
+                self._conn_consumed = 0
+
+    def _forget(self, sid: int) -> _Stream | None:
+        """Remove a call; what it still held is dropped and given back to the connection's
+        window."""
+        st = self._streams.pop(sid, None)
+        if st is not None and st.held:
+            held = st.held
+            self._buffered -= held
+            st.held = 0
+            st.buf = bytearray()
+            self._acknowledge(st, held)
+        if st is not None and st.lent:
+            self._gone[sid] = st  # until the session releases them
+        return st
+
+    def _count_reset(self) -> None:
+        """One RST_STREAM from the peer: past ``max_resets_per_s`` in the current second the
+        connection ends (HTTP/2 rapid reset, CVE-2023-44487)."""
+        now = self._clock()
+        if now - self._resets_since >= 1.0:
+            self._resets_since = now
+            self._resets = 0
+        self._resets += 1
+        if self._resets > self.max_resets_per_s:
+            raise self.enhance_your_calm(
+                "max_resets_per_s",
+                f"more than {self.max_resets_per_s} stream resets in one second",
+            )
+
+    def enhance_your_calm(self, limit: str, message: str) -> RemoteProtocolError:
+        """End the connection for the budget ``limit`` (its config key): GOAWAY
+        ENHANCE_YOUR_CALM after whatever is queued; nothing more is read or sent. The caller
+        raises (or handles) what this returns."""
+        if not self._closed:
+            last = self._h2.highest_inbound_stream_id or 0
+            self._out_extra += self._h2.data_to_send() + _GOAWAY.pack(
+                0, 8, 0x07, 0, 0, last & 0x7FFFFFFF, _ENHANCE_YOUR_CALM
+            )
+        self._closed = self._broken = True
+        return RemoteProtocolError(message, kind="limit", limit=limit)
 
     def _h2_feed(self, data: bytes) -> list[Event]:
         try:
@@ -739,7 +885,7 @@ class GrpcConnection:
                     st.end_after = None
                     out.append(CallEnded(ev.stream_id, status, message))
             elif t is h2.events.StreamReset:
-                if self._streams.pop(ev.stream_id, None) is not None:
+                if self._forget(ev.stream_id) is not None:
                     out.append(CallReset(ev.stream_id, int(ev.error_code or 0)))
             elif t is h2.events.ConnectionTerminated:
                 self._closed = True
@@ -839,7 +985,7 @@ class GrpcConnection:
 
     def _drop(self, sid: int) -> None:
         """Forget a call (reset by the peer)."""
-        self._streams.pop(sid, None)
+        self._forget(sid)
         self._dirty.pop(sid, None)
         self._blocked.pop(sid, None)
 
@@ -899,6 +1045,7 @@ class GrpcConnection:
             )
             return st
         st.method = spec
+        st.lends = spec.client_streaming
         out.append(CallStarted(sid, spec, timeout, tuple(metadata)))
         return st
 
@@ -910,15 +1057,17 @@ class GrpcConnection:
 
     def _on_data(self, ev: h2.events.DataReceived, out: list[Event]) -> None:
         sid = ev.stream_id
-        if ev.flow_controlled_length:
-            try:
-                self._h2.acknowledge_received_data(ev.flow_controlled_length, sid)
-            except h2.exceptions.StreamClosedError:
-                pass
+        length = ev.flow_controlled_length or 0
         st = self._streams.get(sid)
-        if st is None or st.failed:
+        if st is None:
+            if length:  # nobody wants it: given back at once
+                try:
+                    self._h2.acknowledge_received_data(length, sid)
+                except h2.exceptions.ProtocolError:
+                    pass
             return
-        self._consume(st, ev.data, out)
+        st.held_h2 += length
+        self._take(st, ev.data, length, out)
 
     def _consume(self, st: _Stream, data: bytes | memoryview, out: list[Event]) -> None:
         """Append DATA payload to the stream and cut out the complete gRPC messages."""
@@ -981,8 +1130,12 @@ class GrpcConnection:
             last = out[-1] if out else None
             if type(last) is MessageReceived and last.stream_id == sid:
                 last.messages.append(msg)
+                last.nbytes += 5 + length
             else:
-                out.append(MessageReceived(sid, [msg]))
+                out.append(MessageReceived(sid, [msg], 5 + length))
+            if st.lends:
+                st.lent += 5 + length
+                self._lent += 5 + length
         if buf is st.buf:
             if pos:
                 del buf[:pos]
@@ -1001,7 +1154,7 @@ class GrpcConnection:
             return
         if self.client:
             # the server ended the stream (after its trailers): the call is over
-            self._streams.pop(sid, None)
+            self._forget(sid)
         elif not st.failed:
             out.append(HalfClosed(sid))
 
@@ -1116,7 +1269,7 @@ class GrpcConnection:
             self._write_headers(
                 stream_id, _RESPONSE_HEADERS_BLOCK + _trailers_block(trailers), True
             )
-            self._streams.pop(stream_id, None)
+            self._forget(stream_id)
             return
         if not st.headers_sent:
             # trailers-only response
@@ -1125,14 +1278,14 @@ class GrpcConnection:
                 [(b":status", b"200"), (b"content-type", b"application/grpc"), *trailers],
                 end_stream=True,
             )
-            self._streams.pop(stream_id, None)
+            self._forget(stream_id)
             return
         st.end_after = trailers
         self._dirty[stream_id] = st
 
     def reset(self, stream_id: int, error_code: int = h2.errors.ErrorCodes.CANCEL) -> None:
         """Abort a stream (RST_STREAM)."""
-        st = self._streams.pop(stream_id, None)
+        st = self._forget(stream_id)
         if st is not None and st.detached:
             if not self._closed:
                 self._out_extra += self._h2.data_to_send()
@@ -1251,7 +1404,7 @@ class GrpcConnection:
             self._write_headers(sid, _trailers_block(end), True)
         elif not self._send_headers_block(sid, _trailers_block(end), True):
             h2c.send_headers(sid, end, end_stream=True)
-        self._streams.pop(sid, None)
+        self._forget(sid)
 
     def _flush_all(self) -> None:
         """After the peer opened its windows: what waited for them goes out with the next

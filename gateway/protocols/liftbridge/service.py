@@ -4,7 +4,8 @@ A stream is a topic; its subject is the topic config key ``subject`` (the stream
 made through other protocols). This gateway is the one broker and the leader of every partition.
 Cursors are committed offsets: cursor id = group name (``CommitOffset``/``FetchOffset``), listed
 as the internal stream ``__cursors`` (one partition) so clients find a leader for them.
-Consumer groups map onto the core's group coordinator (epoch = generation).
+Consumer groups map onto the core's group coordinator (epoch = generation - 1: a new group's
+epoch is 0, as on the reference server; every join or leave moves it on here).
 
 Errors are raised as :class:`RpcError` (a gRPC status and message); :func:`status_for` maps the
 model's error codes to the statuses the reference server uses.
@@ -56,6 +57,65 @@ CONSUMER_TIMEOUT_NS = 15_000_000_000
 COORDINATOR_TIMEOUT_NS = 15_000_000_000
 SUBSCRIBE_WAIT_MS = 1000
 SUBSCRIBE_MAX_BYTES = 1 << 20
+
+
+# The reference server's (Liftbridge v1.9.0) status messages, declared once: clients and
+# operators see the same texts from the gateway. ``{}`` fields are filled with str.format.
+TEXT = {
+    # CreateStream, DeleteStream
+    "name_empty": "Name cannot be empty",
+    "subject_invalid": "Subject is invalid",
+    "stream_reserved": "Stream is reserved",
+    "stream_exists": "stream already exists",
+    "replication_factor": "Invalid replicationFactor {rf}",
+    "replication_factor_cluster": "Invalid replicationFactor {rf}, cluster size {size}",
+    "stream_does_not_exist": "stream does not exist",
+    # PauseStream, SetStreamReadonly
+    "stream_not_found": "stream not found",  # no partitions listed
+    "partition_does_not_exist": "partition does not exist",
+    # Subscribe
+    "no_consumer_id": "Consumer id cannot be empty when group id is provided",
+    "no_such_partition": "No such partition",
+    "unknown_start": "Unknown StartPosition {pos}",
+    "unknown_stop": "Unknown StopPosition {pos}",
+    "stop_before_start": "Stop offset is before start offset: {stop} < {start}",
+    "stream_empty": "Stream is empty",
+    "stop_reached": "Stop offset reached",
+    "readonly_end": "End of readonly partition",
+    "log_deleted": "commit log was deleted",  # the subscription's stream was deleted
+    "log_closed": "commit log was closed",  # the subscription's partition was paused
+    # FetchPartitionMetadata
+    "partition_not_found": "partition not found",
+    # Publish, PublishAsync
+    "publish_no_stream": "no stream provided",
+    "publish_no_such_stream": "no such stream: {stream}",
+    "publish_no_such_partition": "no such partition: {partition}",
+    "publish_readonly": "readonly partition: {partition}",
+    "publish_occ_no_ack": "stream with concurrency control must have AckPolicy set",
+    "incorrect_offset": "incorrect expected offset",
+    "too_large": "message exceeds max replication size",
+    # cursors, consumer groups
+    "no_stream": "No stream provided",
+    "no_cursor_id": "No cursorId provided",
+    "no_group_id": "No groupId provided",
+    "no_consumer": "No consumerId provided",
+    "no_streams": "No streams provided",
+    "no_coordinator": "No coordinator provided",
+    "group_not_found": "consumer group does not exist",
+    "not_member": "consumer is not a member of the consumer group",
+    "group_epoch": "client-provided group epoch differs from broker group epoch",
+    "report_no_group": "No such consumer group {group}",
+    "report_coordinator": (
+        "Coordinator generation mismatch, current coordinator: {coordinator} epoch: {epoch}, "
+        "got coordinator: {got} epoch: {got_epoch}"
+    ),
+    "report_not_member": "Consumer {consumer} is not a member of consumer group {group}",
+}
+
+
+def text(key: str, **fields: object) -> str:
+    """The reference server's message ``key`` of :data:`TEXT`, its fields filled."""
+    return TEXT[key].format(**fields) if fields else TEXT[key]
 
 
 class RpcError(Exception):
@@ -125,14 +185,21 @@ def expected_offset(req: pb.PublishRequest, info: TopicInfo) -> int | None:
     if not optimistic(info):
         return None
     if req.ackPolicy == pb.NONE:
-        raise RpcError(
-            Status.INVALID_ARGUMENT, "optimistic concurrency control requires an ack policy"
-        )
+        raise RpcError(Status.INVALID_ARGUMENT, text("publish_occ_no_ack"))
     return None if req.expectedOffset == NO_EXPECTED_OFFSET else req.expectedOffset
 
 
+# the reference server's texts for model errors it has its own words for
+_TEXT_FOR: dict[ErrorCode, str] = {
+    ErrorCode.TOPIC_EXISTS: "stream_exists",
+    ErrorCode.OFFSET_MISMATCH: "incorrect_offset",
+    ErrorCode.RECORD_TOO_LARGE: "too_large",
+}
+
+
 def rpc_error(exc: GatewayError) -> RpcError:
-    return RpcError(status_for(exc.code), exc.message)
+    key = _TEXT_FOR.get(exc.code)
+    return RpcError(status_for(exc.code), text(key) if key else exc.message)
 
 
 class Sender(Protocol):
@@ -186,6 +253,7 @@ class Service:
         host: str,
         port: int,
         max_message_bytes: int = 16 << 20,
+        max_answer_bytes: int = 64 << 20,
     ) -> None:
         self.core = core
         self.state = state
@@ -193,6 +261,9 @@ class Service:
         self.host = host
         self.port = port
         self.max_message_bytes = max_message_bytes
+        # what one read of a subscription asks the core for (the listener's max_answer_bytes
+        # caps it; at least one message always comes)
+        self.subscribe_bytes = max(1, min(SUBSCRIBE_MAX_BYTES, max_answer_bytes))
         self._topics: dict[str, TopicInfo] = {}
         self._records_in = labelled(RECORDS_IN, PROTOCOL)
 
@@ -203,26 +274,53 @@ class Service:
         except GatewayError as exc:
             raise rpc_error(exc) from None
 
-    async def _stream(self, name: str, cached: bool = False) -> TopicInfo:
+    async def _lookup(self, name: str, cached: bool = False) -> TopicInfo | None:
+        """The stream ``name``; None when there is none."""
         if cached:
             info = self._topics.get(name)
             if info is not None:
                 return info
         if not name:
-            raise RpcError(Status.NOT_FOUND, "no such stream: ''")
+            return None
         try:
             info = await self.core.topic(name)
         except GatewayError as exc:
             if exc.code is ErrorCode.UNKNOWN_TOPIC:
-                raise RpcError(Status.NOT_FOUND, f"no such stream: {name}") from None
+                return None
             raise rpc_error(exc) from None
         self._topics[name] = info
         return info
 
-    async def _partition(self, name: str, partition: int, cached: bool = False) -> TopicInfo:
-        info = await self._stream(name, cached)
+    async def _stream(
+        self, name: str, missing: str, cached: bool = False, status: Status = Status.NOT_FOUND
+    ) -> TopicInfo:
+        """The stream ``name``, else ``status`` with ``missing`` (each RPC of the reference
+        server words it its own way)."""
+        info = await self._lookup(name, cached)
+        if info is None:
+            raise RpcError(status, missing)
+        return info
+
+    async def _partition(
+        self,
+        name: str,
+        partition: int,
+        missing: str | None = None,
+        missing_partition: str | None = None,
+        cached: bool = False,
+    ) -> TopicInfo:
+        """The stream of an existing partition, else NOT_FOUND: by default with the texts of
+        a publish (``no such stream: s``, ``no such partition: 3``)."""
+        info = await self._lookup(name, cached)
+        if info is None:
+            raise RpcError(Status.NOT_FOUND, missing or text("publish_no_such_stream", stream=name))
         if not 0 <= partition < info.partitions:
-            raise RpcError(Status.NOT_FOUND, f"no such partition: {name} {partition}")
+            raise RpcError(
+                Status.NOT_FOUND,
+                missing_partition
+                or missing
+                or text("publish_no_such_partition", partition=partition),
+            )
         return info
 
     def _partition_metadata(self, stream: str, partition: int, hw: int) -> pb.PartitionMetadata:
@@ -235,17 +333,19 @@ class Service:
             highWatermark=hw - 1,
             newestOffset=hw - 1,
         )
+        # As the reference server: the three timestamp pairs are always there (zero when
+        # unset; the gateway does not track when messages were received), and ``paused`` stays
+        # true once a partition was paused, after a publish or subscribe resumed it.
+        md.messagesReceivedTimestamps.SetInParent()
+        md.pauseTimestamps.SetInParent()
+        md.readonlyTimestamps.SetInParent()
         if flags is not None:
-            md.paused = flags.paused
+            md.paused = flags.was_paused
             md.readonly = flags.readonly
-            if flags.paused_ns[0]:
-                md.pauseTimestamps.firstTimestamp, md.pauseTimestamps.latestTimestamp = (
-                    flags.paused_ns
-                )
-            if flags.readonly_ns[0]:
-                md.readonlyTimestamps.firstTimestamp, md.readonlyTimestamps.latestTimestamp = (
-                    flags.readonly_ns
-                )
+            md.pauseTimestamps.firstTimestamp, md.pauseTimestamps.latestTimestamp = flags.paused_ns
+            md.readonlyTimestamps.firstTimestamp, md.readonlyTimestamps.latestTimestamp = (
+                flags.readonly_ns
+            )
         return md
 
     async def _stream_metadata(self, info: TopicInfo) -> pb.StreamMetadata:
@@ -267,21 +367,27 @@ class Service:
 
     # ------------------------------------------------------------------ streams
     async def CreateStream(self, req: pb.CreateStreamRequest) -> pb.CreateStreamResponse:
+        # the reference server's order: name, subject, reserved, encryption, replication
         if not req.name:
-            raise RpcError(Status.INVALID_ARGUMENT, "stream name must not be empty")
-        if req.name in RESERVED_STREAMS:
-            raise RpcError(Status.INVALID_ARGUMENT, f"stream name {req.name} is reserved")
+            raise RpcError(Status.INVALID_ARGUMENT, text("name_empty"))
         if not valid_subject(req.subject):
-            raise RpcError(Status.INVALID_ARGUMENT, f"invalid subject {req.subject!r}")
-        if req.replicationFactor < -1 or req.replicationFactor > 1:
-            raise RpcError(
-                Status.INVALID_ARGUMENT,
-                f"invalid replicationFactor {req.replicationFactor}: this cluster has 1 broker",
-            )
-        if req.partitions < 0:
-            raise RpcError(Status.INVALID_ARGUMENT, f"invalid partitions {req.partitions}")
+            raise RpcError(Status.INVALID_ARGUMENT, text("subject_invalid"))
+        if req.name in RESERVED_STREAMS:
+            raise RpcError(Status.INVALID_ARGUMENT, text("stream_reserved"))
         if req.HasField("encryption") and req.encryption.value:
             raise RpcError(Status.FAILED_PRECONDITION, "encryption is not configured")
+        if req.partitions < 0:
+            # the reference server crashes on this; the gateway refuses it
+            raise RpcError(Status.INVALID_ARGUMENT, f"invalid partitions {req.partitions}")
+        if req.replicationFactor < -1:
+            raise RpcError(
+                Status.INVALID_ARGUMENT, text("replication_factor", rf=req.replicationFactor)
+            )
+        if req.replicationFactor > 1:
+            raise RpcError(
+                Status.INVALID_ARGUMENT,
+                text("replication_factor_cluster", rf=req.replicationFactor, size=1),
+            )
         config = [("subject", req.subject), ("created_ns", str(time.time_ns()))]
         if req.group:
             config.append(("liftbridge.group", req.group))
@@ -299,34 +405,35 @@ class Service:
 
     async def DeleteStream(self, req: pb.DeleteStreamRequest) -> pb.DeleteStreamResponse:
         if req.name in RESERVED_STREAMS:
-            raise RpcError(Status.INVALID_ARGUMENT, f"stream {req.name} is reserved")
-        await self._stream(req.name)
+            raise RpcError(Status.INVALID_ARGUMENT, text("stream_reserved"))
+        await self._stream(req.name, text("stream_does_not_exist"))
         await self._execute(DeleteTopic(req.name))
         self._topics.pop(req.name, None)
-        self.state.end_subscribers(req.name, None, Status.NOT_FOUND, "stream deleted")
+        self.state.end_subscribers(req.name, None, Status.NOT_FOUND, text("log_deleted"))
         self.state.forget(req.name)
         return pb.DeleteStreamResponse()
 
-    def _partition_list(self, info: TopicInfo, partitions: Sequence[int]) -> list[int]:
+    async def _partition_list(self, name: str, partitions: Sequence[int]) -> list[int]:
+        """The partitions of a Pause/SetReadonly request (none listed: all of them)."""
         if not partitions:
+            info = await self._stream(name, text("stream_not_found"))
             return list(range(info.partitions))
+        info = await self._stream(name, text("stream_does_not_exist"))
         for p in partitions:
             if not 0 <= p < info.partitions:
-                raise RpcError(Status.NOT_FOUND, f"no such partition: {info.name} {p}")
+                raise RpcError(Status.NOT_FOUND, text("partition_does_not_exist"))
         return list(partitions)
 
     async def PauseStream(self, req: pb.PauseStreamRequest) -> pb.PauseStreamResponse:
-        info = await self._stream(req.name)
-        parts = self._partition_list(info, req.partitions)
+        parts = await self._partition_list(req.name, req.partitions)
         self.state.pause(req.name, parts, req.resumeAll)
-        self.state.end_subscribers(req.name, parts, Status.FAILED_PRECONDITION, "partition paused")
+        self.state.end_subscribers(req.name, parts, Status.FAILED_PRECONDITION, text("log_closed"))
         return pb.PauseStreamResponse()
 
     async def SetStreamReadonly(
         self, req: pb.SetStreamReadonlyRequest
     ) -> pb.SetStreamReadonlyResponse:
-        info = await self._stream(req.name)
-        parts = self._partition_list(info, req.partitions)
+        parts = await self._partition_list(req.name, req.partitions)
         self.state.set_readonly(req.name, parts, req.readonly)
         if req.readonly:
             # subscribers at the end learn it now; the others when they reach the end
@@ -353,7 +460,9 @@ class Service:
             for t in topics:
                 resp.streamMetadata.append(await self._stream_metadata(t))
             resp.streamMetadata.append(self._cursors_metadata())
-        partitions = sum(len(s.partitions) for s in resp.streamMetadata)
+        # as the reference server: every partition of the cluster (this one broker leads them
+        # all), whichever streams were asked for; __cursors has one
+        partitions = sum(t.partitions for t in topics) + 1
         resp.brokers.append(
             pb.Broker(
                 id=self.broker_id,
@@ -368,7 +477,7 @@ class Service:
             gm = pb.ConsumerGroupMetadata(groupId=group)
             if desc.members:
                 gm.coordinator = self.broker_id
-                gm.epoch = desc.generation
+                gm.epoch = group_epoch(desc.generation)
             else:
                 gm.error = pb.ConsumerGroupMetadata.UNKNOWN_GROUP
             resp.groupMetadata.append(gm)
@@ -381,7 +490,7 @@ class Service:
             return pb.FetchPartitionMetadataResponse(
                 metadata=self._partition_metadata(CURSORS_STREAM, 0, 0)
             )
-        await self._partition(req.stream, req.partition)
+        await self._partition(req.stream, req.partition, text("partition_not_found"))
         desc = await self._execute(DescribeTopic(req.stream))
         hw = desc.partitions[req.partition].high_watermark
         return pb.FetchPartitionMetadataResponse(
@@ -394,7 +503,9 @@ class Service:
         if flags is None:
             return
         if flags.readonly:
-            raise RpcError(Status.FAILED_PRECONDITION, "partition is readonly")
+            raise RpcError(
+                Status.FAILED_PRECONDITION, text("publish_readonly", partition=partition)
+            )
         if flags.paused:
             self.state.resume(stream, partition, partitions)
 
@@ -424,7 +535,7 @@ class Service:
 
     async def Publish(self, req: pb.PublishRequest) -> pb.PublishResponse:
         if not req.stream:
-            raise RpcError(Status.INVALID_ARGUMENT, "stream must not be empty")
+            raise RpcError(Status.INVALID_ARGUMENT, text("publish_no_stream"))
         info = await self._partition(req.stream, req.partition)
         self._check_writable(req.stream, req.partition, info.partitions)
         expected = expected_offset(req, info)
@@ -588,8 +699,8 @@ class Service:
         """Checks in the reference order; returns (start offset, last offset to deliver or None,
         partitions)."""
         if req.HasField("consumer") and req.consumer.groupId and not req.consumer.consumerId:
-            raise RpcError(Status.INVALID_ARGUMENT, "consumer group member without consumerId")
-        info = await self._partition(req.stream, req.partition)
+            raise RpcError(Status.INVALID_ARGUMENT, text("no_consumer_id"))
+        info = await self._partition(req.stream, req.partition, text("no_such_partition"))
         if req.resume:
             self.state.resume(req.stream, req.partition, info.partitions)
         flags = self.state.get(req.stream, req.partition)
@@ -612,17 +723,24 @@ class Service:
                 await self._execute(ListOffsets(req.stream, req.partition, max(0, ts_us)))
             ).offset
         else:
-            raise RpcError(Status.INVALID_ARGUMENT, f"unknown StartPosition {pos}")
+            raise RpcError(
+                Status.INVALID_ARGUMENT,
+                text("unknown_start", pos=_enum_name(pb.StartPosition, pos)),
+            )
         start = max(start, 0)
         stop: int | None
         sp = req.stopPosition
         if sp == pb.STOP_ON_CANCEL:
-            return start, None, info.partitions
-        if sp == pb.STOP_OFFSET:
+            if flags is None or not flags.readonly:
+                return start, None, info.partitions
+            # as the reference server: a readonly partition stops at its newest offset (an
+            # empty one, or a start after it, is refused below)
+            stop = hw - 1
+        elif sp == pb.STOP_OFFSET:
             stop = req.stopOffset
         elif sp == pb.STOP_LATEST:
             if hw == start_log:
-                raise RpcError(Status.RESOURCE_EXHAUSTED, "Stream is empty")
+                raise RpcError(Status.RESOURCE_EXHAUSTED, text("stream_empty"))
             stop = hw - 1
         elif sp == pb.STOP_TIMESTAMP:
             ts_us = req.stopTimestamp // 1000
@@ -631,10 +749,12 @@ class Service:
             ).offset
             stop = first_after - 1
         else:
-            raise RpcError(Status.INVALID_ARGUMENT, f"unknown StopPosition {sp}")
+            raise RpcError(
+                Status.INVALID_ARGUMENT, text("unknown_stop", pos=_enum_name(pb.StopPosition, sp))
+            )
         if stop < start:
             raise RpcError(
-                Status.INVALID_ARGUMENT, f"stop offset {stop} is before start offset {start}"
+                Status.INVALID_ARGUMENT, text("stop_before_start", stop=stop, start=start)
             )
         return start, stop, info.partitions
 
@@ -643,7 +763,7 @@ class Service:
         end status, or runs until cancelled (``sub`` ends it from outside)."""
         start, stop, _ = await self.subscribe_range(req)
         stream, partition = req.stream, req.partition
-        info = await self._stream(stream)
+        info = await self._stream(stream, text("no_such_partition"))
         subject = partition_subject(stream_subject(info), partition)
         self.state.add_subscriber(stream, partition, sub)
         try:
@@ -656,7 +776,7 @@ class Service:
                         partition,
                         offset,
                         max_records=1000 if stop is None else stop - offset + 1,
-                        max_bytes=SUBSCRIBE_MAX_BYTES,
+                        max_bytes=self.subscribe_bytes,
                         max_wait_ms=SUBSCRIBE_WAIT_MS,
                     )
                 )
@@ -669,30 +789,30 @@ class Service:
                     offset = records[-1].offset + 1
                     await call.send(msgs)
                     if stop is not None and offset > stop:
-                        raise RpcError(Status.RESOURCE_EXHAUSTED, "Stop offset reached")
+                        raise RpcError(Status.RESOURCE_EXHAUSTED, text("stop_reached"))
                     continue
                 flags = self.state.get(stream, partition)
                 if flags is not None and flags.readonly and offset >= res.high_watermark:
-                    raise RpcError(Status.RESOURCE_EXHAUSTED, "End of readonly partition")
+                    raise RpcError(Status.RESOURCE_EXHAUSTED, text("readonly_end"))
         finally:
             self.state.remove_subscriber(stream, partition, sub)
 
     # ------------------------------------------------------------------ cursors
     def _check_cursor(self, req: Any) -> None:
+        # As on the reference server, the stream and partition are not looked up: a cursor
+        # of an unknown one is stored and fetched like any other.
         if not req.stream:
-            raise RpcError(Status.INVALID_ARGUMENT, "stream must not be empty")
+            raise RpcError(Status.INVALID_ARGUMENT, text("no_stream"))
         if not req.cursorId:
-            raise RpcError(Status.INVALID_ARGUMENT, "cursorId must not be empty")
+            raise RpcError(Status.INVALID_ARGUMENT, text("no_cursor_id"))
 
     async def SetCursor(self, req: pb.SetCursorRequest) -> pb.SetCursorResponse:
         self._check_cursor(req)
-        await self._partition(req.stream, req.partition)
         await self._execute(CommitOffset(req.cursorId, req.stream, req.partition, req.offset))
         return pb.SetCursorResponse()
 
     async def FetchCursor(self, req: pb.FetchCursorRequest) -> pb.FetchCursorResponse:
         self._check_cursor(req)
-        await self._partition(req.stream, req.partition)
         committed = await self._execute(FetchOffset(req.cursorId, req.stream, req.partition))
         return pb.FetchCursorResponse(offset=committed.offset)
 
@@ -700,10 +820,13 @@ class Service:
     async def JoinConsumerGroup(
         self, req: pb.JoinConsumerGroupRequest
     ) -> pb.JoinConsumerGroupResponse:
-        if not req.groupId or not req.consumerId or not req.streams:
-            raise RpcError(Status.INVALID_ARGUMENT, "groupId, consumerId and streams are required")
+        self._check_member(req)
+        if not req.streams:
+            raise RpcError(Status.INVALID_ARGUMENT, text("no_streams"))
         for name in req.streams:
-            await self._stream(name)
+            await self._stream(
+                name, text("stream_does_not_exist"), status=Status.FAILED_PRECONDITION
+            )
         result = await self._execute(
             JoinGroup(
                 req.groupId,
@@ -715,26 +838,34 @@ class Service:
         )
         return pb.JoinConsumerGroupResponse(
             coordinator=self.broker_id,
-            epoch=result.generation,
+            epoch=group_epoch(result.generation),
             consumerTimeout=CONSUMER_TIMEOUT_NS,
             coordinatorTimeout=COORDINATOR_TIMEOUT_NS,
         )
 
-    async def _group_generation(self, group: str, consumer: str) -> int:
+    @staticmethod
+    def _check_member(req: Any) -> None:
+        if not req.groupId:
+            raise RpcError(Status.INVALID_ARGUMENT, text("no_group_id"))
+        if not req.consumerId:
+            raise RpcError(Status.INVALID_ARGUMENT, text("no_consumer"))
+
+    async def _group_generation(self, group: str, consumer: str, epoch: int | None = None) -> int:
+        """The group's generation (its epoch here), checked as the reference server does:
+        unknown group, then (for ``epoch``) an epoch ahead of the group's, then membership."""
         desc = await self._execute(DescribeGroup(group))
         if not desc.members:
-            raise RpcError(Status.NOT_FOUND, f"no such consumer group: {group}")
+            raise RpcError(Status.NOT_FOUND, text("group_not_found"))
+        if epoch is not None and epoch > group_epoch(desc.generation):
+            raise RpcError(Status.FAILED_PRECONDITION, text("group_epoch"))
         if not any(m.member_id == consumer for m in desc.members):
-            raise RpcError(
-                Status.FAILED_PRECONDITION, f"{consumer} is not a member of group {group}"
-            )
+            raise RpcError(Status.FAILED_PRECONDITION, text("not_member"))
         return desc.generation
 
     async def LeaveConsumerGroup(
         self, req: pb.LeaveConsumerGroupRequest
     ) -> pb.LeaveConsumerGroupResponse:
-        if not req.groupId or not req.consumerId:
-            raise RpcError(Status.INVALID_ARGUMENT, "groupId and consumerId are required")
+        self._check_member(req)
         await self._group_generation(req.groupId, req.consumerId)
         await self._execute(LeaveGroup(req.groupId, req.consumerId))
         return pb.LeaveConsumerGroupResponse()
@@ -742,20 +873,14 @@ class Service:
     async def FetchConsumerGroupAssignments(
         self, req: pb.FetchConsumerGroupAssignmentsRequest
     ) -> pb.FetchConsumerGroupAssignmentsResponse:
-        if not req.groupId or not req.consumerId:
-            raise RpcError(Status.INVALID_ARGUMENT, "groupId and consumerId are required")
-        generation = await self._group_generation(req.groupId, req.consumerId)
-        if req.epoch > generation:
-            raise RpcError(
-                Status.FAILED_PRECONDITION,
-                f"epoch {req.epoch} is newer than the group's {generation}",
-            )
+        self._check_member(req)
+        generation = await self._group_generation(req.groupId, req.consumerId, req.epoch)
         result = await self._execute(SyncGroup(req.groupId, req.consumerId, generation))
         by_stream: dict[str, list[int]] = {}
         for topic, partition in result.assignment.partitions:
             by_stream.setdefault(topic, []).append(partition)
         return pb.FetchConsumerGroupAssignmentsResponse(
-            epoch=generation,
+            epoch=group_epoch(generation),
             assignments=[
                 pb.PartitionAssignment(stream=s, partitions=sorted(ps))
                 for s, ps in sorted(by_stream.items())
@@ -765,11 +890,44 @@ class Service:
     async def ReportConsumerGroupCoordinator(
         self, req: pb.ReportConsumerGroupCoordinatorRequest
     ) -> pb.ReportConsumerGroupCoordinatorResponse:
-        if not req.groupId or not req.consumerId:
-            raise RpcError(Status.INVALID_ARGUMENT, "groupId and consumerId are required")
-        # One broker: the coordinator cannot be replaced; acknowledging is all there is to do.
-        await self._group_generation(req.groupId, req.consumerId)
+        self._check_member(req)
+        if not req.coordinator:
+            raise RpcError(Status.INVALID_ARGUMENT, text("no_coordinator"))
+        # One broker: the coordinator cannot be replaced; acknowledging is all there is to do,
+        # after the reference server's checks (all FAILED_PRECONDITION here)
+        desc = await self._execute(DescribeGroup(req.groupId))
+        if not desc.members:
+            raise RpcError(Status.FAILED_PRECONDITION, text("report_no_group", group=req.groupId))
+        if req.coordinator != self.broker_id or req.epoch != group_epoch(desc.generation):
+            raise RpcError(
+                Status.FAILED_PRECONDITION,
+                text(
+                    "report_coordinator",
+                    coordinator=self.broker_id,
+                    epoch=group_epoch(desc.generation),
+                    got=req.coordinator,
+                    got_epoch=req.epoch,
+                ),
+            )
+        if not any(m.member_id == req.consumerId for m in desc.members):
+            raise RpcError(
+                Status.FAILED_PRECONDITION,
+                text("report_not_member", consumer=req.consumerId, group=req.groupId),
+            )
         return pb.ReportConsumerGroupCoordinatorResponse()
+
+
+def group_epoch(generation: int) -> int:
+    """A group's Liftbridge epoch from the core's generation (1 after the first join)."""
+    return max(0, generation - 1)
+
+
+def _enum_name(enum: Any, value: int) -> str:
+    """An enum value as Go's protobuf prints it: its name, or the number when unknown."""
+    try:
+        return str(enum.Name(value))
+    except ValueError:
+        return str(value)
 
 
 def _async_error(req: pb.PublishRequest, exc: RpcError) -> pb.PublishResponse:

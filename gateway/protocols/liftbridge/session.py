@@ -3,8 +3,9 @@
 Tasks per connection (one nursery): the reader (socket -> codec events -> calls), the writer
 (codec bytes -> socket; woken by ``kick``, so bursts coalesce into few writes), a drain watcher,
 and one task per call. Unary and server-streaming calls start once the request is complete (the
-client half-closed); PublishAsync starts at once and reads its requests from a bounded channel, so
-a client that publishes faster than the core appends is slowed by TCP, not buffered.
+client half-closed); PublishAsync starts at once and reads its requests from a queue whose bytes the
+codec keeps unacknowledged until the call takes them, so a client that publishes faster than the
+core appends (or than it reads its acks) is slowed by HTTP/2 flow control, not buffered.
 Subscriptions stop producing while their stream's flow-control queue is full.
 
 Bad input: a broken HTTP/2 connection gets GOAWAY and is closed; a bad call or message gets its
@@ -13,6 +14,7 @@ gRPC status on that stream only; both are logged once and counted.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -25,11 +27,14 @@ from gateway.observability import (
     REQUEST_LATENCY,
     REQUESTS,
     labelled,
+    limit_hit,
     protocol_error,
     snake_case,
 )
 from gateway.protocols.base import ConnectionContext
 from gateway.protocols.liftbridge.codec import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_RESETS_PER_S,
     CallError,
     CallReset,
     CallStarted,
@@ -51,7 +56,6 @@ from gateway.protocols.liftbridge.state import state_for
 
 RECEIVE_BYTES = 256 * 1024
 STREAM_QUEUE_BYTES = 1 << 20  # a subscription waits while more than this is queued
-PUBLISH_QUEUE = 64  # PublishAsync request batches (one per socket read) read ahead per call
 PUBLISH_RUN = 2048  # requests handed to the core in one go
 
 
@@ -68,6 +72,7 @@ class _Call:
         "end_status",
         "reset",
         "idle_scope",
+        "held",
     )
 
     def __init__(self, stream_id: int, spec: MethodSpec, timeout_s: float | None) -> None:
@@ -82,6 +87,8 @@ class _Call:
         self.end_status: tuple[int, str] | None = None
         self.reset = False
         self.idle_scope: trio.CancelScope | None = None
+        # request bytes received for this call and not yet taken by it (Session.held)
+        self.held = 0
 
     def end(self, status: int, message: str) -> None:
         """End the call from outside (pause, delete, drain) with this status."""
@@ -124,7 +131,17 @@ class Session:
         self.ctx = ctx
         self.log = ctx.log
         cfg = ctx.listener
-        self.conn = GrpcConnection(max_message_bytes=cfg.max_frame_bytes)
+        self.max_buffered = getattr(cfg, "max_buffered_request_bytes", DEFAULT_MAX_BUFFERED_BYTES)
+        self.conn = GrpcConnection(
+            max_message_bytes=cfg.max_frame_bytes,
+            max_buffered_bytes=self.max_buffered,
+            max_resets_per_s=getattr(cfg, "max_resets_per_s", DEFAULT_MAX_RESETS_PER_S),
+        )
+        # Unary requests waiting for their half-close (the codec reopened the windows for
+        # them): with the codec's unfinished messages they must stay within
+        # max_buffered_request_bytes, or the connection ends. (PublishAsync requests not taken
+        # yet are bounded by the windows: the codec lends them until ``release``.)
+        self.held = 0
         broker_id = getattr(cfg, "broker_id", "") or f"{ctx.advertised_host}:{ctx.advertised_port}"
         self.service = Service(
             ctx.core,
@@ -133,6 +150,7 @@ class Session:
             ctx.advertised_host,
             ctx.advertised_port,
             cfg.max_frame_bytes,
+            cfg.max_answer_bytes,
         )
         self.calls: dict[int, _Call] = {}
         self.draining = False
@@ -238,11 +256,7 @@ class Session:
             try:
                 events = self.conn.receive_data(data)
             except RemoteProtocolError as exc:
-                protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
-                try:
-                    await self._send_pending()  # the GOAWAY
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+                await self._closing(exc)
                 return
             i = 0
             n = len(events)
@@ -251,7 +265,7 @@ class Session:
                 i += 1
                 t = type(ev)
                 if t is MessageReceived:
-                    await self._on_message(ev)
+                    self._on_message(ev)
                 elif t is CallStarted:
                     if (
                         not self.calls
@@ -270,14 +284,47 @@ class Session:
                 elif t is CallReset:
                     call = self.calls.pop(ev.stream_id, None)
                     if call is not None:
+                        if not call.spec.client_streaming:
+                            self._take(call, call.held)
                         call.reset = True
                         if call.scope is not None:
                             call.scope.cancel()
                         self._call_done()
                 elif t is CallError:
                     self._on_call_error(ev)
+            if self.conn.buffered_bytes + self.held > self.max_buffered:
+                await self._closing(
+                    self.conn.enhance_your_calm(
+                        "max_buffered_request_bytes",
+                        f"{self.conn.buffered_bytes + self.held} bytes of requests held "
+                        f"(max_buffered_request_bytes {self.max_buffered})",
+                    )
+                )
+                return
             self._send_now()
             self._notify_progress()
+
+    async def _closing(self, exc: RemoteProtocolError) -> None:
+        """The connection is over (a protocol error or a budget): count and log it once, send
+        the GOAWAY waiting in the codec."""
+        if exc.limit is not None:
+            limit_hit(exc.limit, PROTOCOL, self.log, peer=self.ctx.peer, error=str(exc))
+        else:
+            protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+        try:
+            await self._send_pending()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    def _take(self, call: _Call, nbytes: int) -> None:
+        """``nbytes`` of the requests held for ``call`` are taken (or dropped with it)."""
+        if not nbytes:
+            return
+        call.held -= nbytes
+        if call.spec.client_streaming:
+            self.conn.release(call.stream_id, nbytes)
+        else:
+            self.held -= nbytes
 
     # ------------------------------------------------------------------ events
     def _on_call(self, ev: CallStarted, nursery: trio.Nursery) -> None:
@@ -287,26 +334,27 @@ class Session:
         call = _Call(ev.stream_id, ev.method, ev.timeout_s)
         self.calls[ev.stream_id] = call
         if ev.method.client_streaming:
-            call.send_channel, call.recv_channel = trio.open_memory_channel(PUBLISH_QUEUE)
+            call.send_channel, call.recv_channel = trio.open_memory_channel(math.inf)
             nursery.start_soon(self._run_call, call)
 
-    async def _on_message(self, ev: MessageReceived) -> None:
+    def _on_message(self, ev: MessageReceived) -> None:
         call = self.calls.get(ev.stream_id)
         if call is None:
+            self.conn.release(ev.stream_id, ev.nbytes)  # nobody takes them
             return
         if call.send_channel is not None:
-            # a client-streaming call: hand the messages over as one list
+            # a client-streaming call: hand the messages over as one list (with their size,
+            # released as the call takes them); the queue is bounded by the HTTP/2 windows,
+            # so the reader never waits for the call
+            call.held += ev.nbytes
             try:
-                call.send_channel.send_nowait(ev.messages)
-            except trio.WouldBlock:
-                try:
-                    await call.send_channel.send(ev.messages)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+                call.send_channel.send_nowait((ev.messages, ev.nbytes))
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                self._take(call, ev.nbytes)
         elif call.request is None and len(ev.messages) == 1:
             call.request = ev.messages[0]
+            call.held += ev.nbytes
+            self.held += ev.nbytes
         else:
             call.extra = True
 
@@ -317,6 +365,7 @@ class Session:
         if call.send_channel is not None:
             call.send_channel.close()
             return
+        self._take(call, call.held)  # the call takes its request now (or is refused)
         if call.request is None or call.extra:
             what = "no request message" if call.request is None else "more than one request"
             protocol_error(self.log, PROTOCOL, "bad_call", method=call.spec.name, error=what)
@@ -331,6 +380,8 @@ class Session:
 
     def _on_call_error(self, ev: CallError) -> None:
         call = self.calls.pop(ev.stream_id, None)
+        if call is not None and not call.spec.client_streaming:
+            self._take(call, call.held)
         name = call.spec.name if call is not None else "?"
         protocol_error(
             self.log, PROTOCOL, ev.kind, method=name, status=ev.status.name, error=ev.message
@@ -380,6 +431,9 @@ class Session:
                 status, message = call.end_status
             elif not call.reset:
                 status, message = Status.DEADLINE_EXCEEDED, "deadline exceeded"
+        if call.recv_channel is not None:
+            call.recv_channel.close()  # the reader's next send to it fails
+            self._take(call, call.held)  # what the call left in its queue is dropped
         if not call.reset:
             self.conn.send_trailers(call.stream_id, status, message)
             self._send_now()
@@ -398,10 +452,14 @@ class Session:
             conn.send_raw(sid, b"".join(messages))
             self._send_now()
 
+        def take(item: tuple[list[Any], int], batch: list[Any]) -> None:
+            batch.extend(item[0])
+            self._take(call, item[1])
+
         def take_queued(batch: list[Any]) -> None:
             while len(batch) < PUBLISH_RUN:
                 try:
-                    batch.extend(recv.receive_nowait())
+                    take(recv.receive_nowait(), batch)
                 except (trio.WouldBlock, trio.EndOfChannel):
                     return
 
@@ -415,7 +473,7 @@ class Session:
             with trio.CancelScope() as idle:
                 call.idle_scope = idle
                 try:
-                    batch.extend(await recv.receive())
+                    take(await recv.receive(), batch)
                 except trio.EndOfChannel:
                     return
             call.idle_scope = None
@@ -423,6 +481,10 @@ class Session:
                 continue
             take_queued(batch)
             await self.service.publish_async(batch, inbox, respond)
+            # a client that publishes without reading its acks: stop taking its requests
+            # (its next ones wait in TCP) until they drain
+            while conn.pending_bytes(sid) > STREAM_QUEUE_BYTES:
+                await self.progress.wait()
 
     async def _publish_inline(
         self, ev: CallStarted, events: list[Any], first: int, half_closed: int
@@ -437,8 +499,10 @@ class Session:
         call = _Call(ev.stream_id, ev.method, ev.timeout_s)
         self.calls[ev.stream_id] = call
         batch: list[Any] = []
+        nbytes = 0
         for j in range(first, half_closed):
             batch.extend(events[j].messages)
+            nbytes += events[j].nbytes
         sid = call.stream_id
         conn = self.conn
         status: int = Status.OK
@@ -459,6 +523,7 @@ class Session:
         except Exception as exc:
             self.log.exception("rpc_failed", method="PublishAsync", error=repr(exc))
             status, message = Status.INTERNAL, f"internal error: {exc!r}"
+        conn.release(sid, nbytes)
         conn.send_trailers(sid, status, message)
         self.calls.pop(sid, None)
         self._count("PublishAsync", status, time.perf_counter() - started)

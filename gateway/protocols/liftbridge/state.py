@@ -21,6 +21,7 @@ EndCallback = Callable[[int, str], None]
 @dataclass
 class PartitionFlags:
     paused: bool = False
+    was_paused: bool = False  # what metadata reports as paused (see pause)
     resume_all: bool = False
     readonly: bool = False
     paused_ns: tuple[int, int] = (0, 0)
@@ -42,9 +43,13 @@ class LiftbridgeState:
         return f
 
     def pause(self, stream: str, partitions: list[int], resume_all: bool) -> None:
+        """Pause partitions. Metadata reports a partition paused from then on, also once a
+        publish or subscribe resumed it, as the reference server does (its partition keeps
+        the flag); the pause timestamps record pausing and resuming."""
         now = time.time_ns()
         for p in partitions:
             f = self.flags_for(stream, p)
+            f.was_paused = True
             if not f.paused:
                 f.paused = True
                 f.paused_ns = (f.paused_ns[0] or now, now)
@@ -56,11 +61,13 @@ class LiftbridgeState:
         if f is None or not f.paused:
             return
         targets = range(partitions) if f.resume_all else (partition,)
+        now = time.time_ns()
         for p in targets:
             g = self.flags.get((stream, p))
-            if g is not None:
+            if g is not None and g.paused:
                 g.paused = False
                 g.resume_all = False
+                g.paused_ns = (g.paused_ns[0] or now, now)
 
     def set_readonly(self, stream: str, partitions: list[int], readonly: bool) -> None:
         now = time.time_ns()

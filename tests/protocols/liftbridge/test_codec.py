@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 from gateway.protocols.liftbridge.codec import (
-    LOCAL_WINDOW,
     METHODS,
     CallEnded,
     CallError,
@@ -439,23 +438,33 @@ def test_messages_queued_between_writes_share_data_frames_in_order() -> None:
 
 
 def test_blocked_output_waits_for_window_updates_taken_on_the_fast_path() -> None:
-    client, server = pair()
+    mib = 1 << 20
+    client = GrpcConnection(client=True, max_message_bytes=2 * mib, max_buffered_bytes=2 * mib)
+    server = GrpcConnection()
+    client.initiate()
+    server.initiate()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
     sid = client.start_call("Subscribe")
     client.send_message(sid, pb.SubscribeRequest(stream="s"))
     client.end_call(sid)
     server.receive_data(client.data_to_send())
-    size = LOCAL_WINDOW + 1_000_000
-    server.send_message(sid, pb.Message(value=b"x" * size))
+    window = client.stream_window  # the client's: one whole message and a batch of acks
+    assert window < client.conn_window
+    sizes = [2 * mib - 100, window - 2 * mib + 1_000_000]
+    for size in sizes:
+        server.send_message(sid, pb.Message(value=b"x" * size))
     first = server.data_to_send()
     sent = sum(len(f[3]) for f in frames_of(first) if f[0] == 0)
-    assert sent == LOCAL_WINDOW and server.pending_bytes(sid) > 0  # the client's windows
+    assert sent == window and server.pending_bytes(sid) > 0  # the stream's window
     assert server.data_to_send() == b""  # still blocked
     h2c = server._h2
     before = (h2c.outbound_flow_control_window, h2c.streams[sid].outbound_flow_control_window)
-    # the stream's window first: the connection's is still closed, nothing moves
-    assert server.receive_data(frame(8, 0, sid, (50_000).to_bytes(4, "big"))) == []
-    assert server.data_to_send() == b""
+    # the connection's window: the stream's is still closed, nothing moves
     assert server.receive_data(frame(8, 0, 0, (70_000).to_bytes(4, "big"))) == []
+    assert server.data_to_send() == b""
+    assert server.receive_data(frame(8, 0, sid, (50_000).to_bytes(4, "big"))) == []
     assert (h2c.outbound_flow_control_window, h2c.streams[sid].outbound_flow_control_window) == (
         before[0] + 70_000,
         before[1] + 50_000,
@@ -463,15 +472,15 @@ def test_blocked_output_waits_for_window_updates_taken_on_the_fast_path() -> Non
     more = server.data_to_send()
     assert sum(len(f[3]) for f in frames_of(more) if f[0] == 0) == 50_000
     events = client.receive_data(first + more)
-    assert not any(isinstance(e, MessageReceived) for e in events)
+    got = [len(m.value) for e in events if isinstance(e, MessageReceived) for m in e.messages]
+    assert got == sizes[:1]
     server.receive_data(
         frame(8, 0, sid, (2_000_000).to_bytes(4, "big"))
         + frame(8, 0, 0, (2_000_000).to_bytes(4, "big"))
     )
     events = client.receive_data(server.data_to_send())
-    assert [len(m.value) for e in events if isinstance(e, MessageReceived) for m in e.messages] == [
-        size
-    ]
+    got = [len(m.value) for e in events if isinstance(e, MessageReceived) for m in e.messages]
+    assert got == sizes[1:]
     assert server.pending_bytes(sid) == 0
 
 
@@ -571,3 +580,169 @@ def test_unsent_bytes_go_out_first_next_time() -> None:
     events = server.receive_data(first[:10] + second)
     values = [m.value for ev in events if type(ev) is MessageReceived for m in ev.messages]
     assert values == [b"a", b"b"]
+
+
+# ------------------------------------------------------------------------ budgets
+def window_updates(data: bytes) -> dict[int, int]:
+    """Total WINDOW_UPDATE increment per stream id (0 = the connection) in ``data``."""
+    out: dict[int, int] = {}
+    for kind, _, sid, payload in frames_of(data):
+        if kind == 8:
+            out[sid] = out.get(sid, 0) + int.from_bytes(payload, "big")
+    return out
+
+
+def goaway_code(data: bytes) -> int | None:
+    codes = [int.from_bytes(p[4:8], "big") for k, _, _, p in frames_of(data) if k == 7]
+    return codes[-1] if codes else None
+
+
+@pytest.mark.parametrize("method", ["Publish", "PublishAsync"])
+def test_a_window_reopens_only_when_its_message_is_complete(method: str) -> None:
+    client, server = pair()
+    server.data_to_send()
+    sid = client.start_call(method)
+    payload = pb.PublishRequest(stream="s", value=b"v" * (3 << 20)).SerializeToString()
+    framed = frame_message(payload)
+    head = client.data_to_send()
+    parts = [framed[i : i + 16384] for i in range(0, len(framed), 16384)]
+    half = len(parts) // 2
+    events = server.receive_data(head + b"".join(frame(0, 0, sid, p) for p in parts[:half]))
+    assert not any(isinstance(e, MessageReceived) for e in events)
+    held = sum(len(p) for p in parts[:half])
+    assert server.buffered_bytes == held
+    assert window_updates(server.data_to_send()) == {}  # nothing given back yet
+    events = server.receive_data(b"".join(frame(0, 0, sid, p) for p in parts[half:]))
+    got = [e for e in events if isinstance(e, MessageReceived)]
+    assert [len(m.value) for e in got for m in e.messages] == [3 << 20]
+    assert [e.nbytes for e in got] == [len(framed)]
+    assert server.buffered_bytes == 0
+    if method == "PublishAsync":
+        # a client-streaming call's requests are lent to the session until it takes them
+        assert server.lent_bytes == len(framed)
+        assert window_updates(server.data_to_send()) == {}
+        server.release(sid, len(framed))
+        assert server.lent_bytes == 0
+    else:
+        server.release(sid, len(framed))  # nothing lent: nothing happens
+    assert window_updates(server.data_to_send()) == {0: len(framed), sid: len(framed)}
+
+
+def test_requests_lent_by_a_call_that_ended_are_given_back_on_release() -> None:
+    client, server = pair()
+    server.data_to_send()
+    sid = client.start_call("PublishAsync")
+    client.send_message(sid, pb.PublishRequest(stream="s", value=b"v" * (2 << 20)))
+    events = server.receive_data(client.data_to_send())
+    (ev,) = [e for e in events if isinstance(e, MessageReceived)]
+    server.send_trailers(sid, Status.OK)  # the call ends before it took its request
+    server.data_to_send()
+    assert server.lent_bytes == ev.nbytes
+    server.release(sid, ev.nbytes)
+    assert server.lent_bytes == 0
+    assert window_updates(server.data_to_send()) == {0: ev.nbytes}  # the stream is gone
+
+
+def test_a_peer_that_ignores_the_windows_is_stopped() -> None:
+    client = GrpcConnection(client=True)
+    server = GrpcConnection(max_message_bytes=1 << 20, max_buffered_bytes=2 << 20)
+    client.initiate()
+    server.initiate()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    server.data_to_send()
+    sid = client.start_call("PublishAsync")
+    msg = frame_message(pb.PublishRequest(stream="s", value=b"v" * 16000).SerializeToString())
+    data = client.data_to_send()
+    with pytest.raises(RemoteProtocolError) as info:
+        for _ in range(400):  # 6.4 MB of whole requests, none released: past the window
+            data += frame(0, 0, sid, msg)
+            server.receive_data(data)
+            data = b""
+    assert info.value.limit == "max_buffered_request_bytes"
+    assert server.lent_bytes > server.conn_window
+    assert goaway_code(server.data_to_send()) == 0x0B
+
+
+def test_unfinished_messages_past_the_cap_end_the_connection_calmly() -> None:
+    client = GrpcConnection(client=True)
+    server = GrpcConnection(max_message_bytes=1 << 20, max_buffered_bytes=3 << 20)
+    client.initiate()
+    server.initiate()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    server.data_to_send()
+    chunk = b"\x00" + (1 << 20).to_bytes(4, "big") + b"x" * 16379  # 16 KiB of a 1 MiB message
+    sids = []
+    with pytest.raises(RemoteProtocolError) as info:
+        for _ in range(400):
+            sid = client.start_call("PublishAsync")
+            sids.append(sid)
+            server.receive_data(client.data_to_send())
+            server.receive_data(
+                frame(0, 0, sid, chunk)
+                + b"".join(frame(0, 0, sid, b"y" * 16384) for _ in range(30))
+            )
+    assert info.value.limit == "max_buffered_request_bytes"
+    assert server.buffered_bytes > 3 << 20
+    assert len(sids) == 7  # 6 unfinished calls of 512 KiB fit, the 7th goes past 3 MiB
+    assert goaway_code(server.data_to_send()) == 0x0B  # ENHANCE_YOUR_CALM
+    assert server.receive_data(frame(0, 0, sids[0], b"z")) == []  # the connection is over
+
+
+def test_a_reset_call_gives_back_what_it_held() -> None:
+    client, server = pair()
+    server.data_to_send()
+    sid = client.start_call("PublishAsync")
+    head = client.data_to_send()
+    partial = b"\x00" + (100_000).to_bytes(4, "big") + b"x" * 60_000
+    server.receive_data(
+        head + frame(0, 0, sid, partial[:16384]) + frame(0, 0, sid, partial[16384:32768])
+    )
+    assert server.buffered_bytes == 32768
+    events = server.receive_data(frame(3, 0, sid, (8).to_bytes(4, "big")))
+    assert events == [CallReset(sid, 8)]
+    assert server.buffered_bytes == 0
+    server.receive_data(b"".join(frame(0, 0, sid, partial[i : i + 16384]) for i in (32768,)))
+    assert server.buffered_bytes == 0
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reset_burst(client: GrpcConnection, n: int) -> bytes:
+    out = b""
+    for _ in range(n):
+        sid = client.start_call("Subscribe")
+        out += client.data_to_send() + frame(3, 0, sid, (8).to_bytes(4, "big"))
+    return out
+
+
+def test_rapid_reset_past_the_limit_ends_the_connection_calmly() -> None:
+    clock = FakeClock()
+    client = GrpcConnection(client=True)
+    server = GrpcConnection(max_resets_per_s=100, clock=clock)
+    client.initiate()
+    server.initiate()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    server.data_to_send()
+    # 100 a second, for three seconds: allowed
+    for _ in range(3):
+        events = server.receive_data(reset_burst(client, 100))
+        assert sum(isinstance(e, CallReset) for e in events) == 100
+        clock.now += 1.0
+    assert goaway_code(server.data_to_send()) is None
+    server.receive_data(reset_burst(client, 100))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.receive_data(reset_burst(client, 1))
+    assert info.value.limit == "max_resets_per_s"
+    assert goaway_code(server.data_to_send()) == 0x0B

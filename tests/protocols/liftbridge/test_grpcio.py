@@ -157,8 +157,20 @@ def test_pause_ends_subscriptions_and_publish_resumes(api) -> None:
     # a publish resumes a paused partition (and, with resumeAll, the whole stream)
     api.PauseStream(pb.PauseStreamRequest(name="pz", resumeAll=True))
     api.Publish(pb.PublishRequest(stream="pz", partition=1, value=b"b"))
+    for p in (0, 1):  # both take subscribers again
+        call = api.Subscribe(
+            pb.SubscribeRequest(stream="pz", partition=p, startPosition=pb.EARLIEST), timeout=5
+        )
+        assert next(iter(call)) == pb.Message()
+        call.cancel()
+    # as on the reference server, metadata still says paused; the pause timestamps moved on
     md = api.FetchMetadata(pb.FetchMetadataRequest(streams=["pz"]))
-    assert [md.streamMetadata[0].partitions[p].paused for p in (0, 1)] == [False, False]
+    parts = md.streamMetadata[0].partitions
+    assert [parts[p].paused for p in (0, 1)] == [True, True]
+    assert all(
+        0 < parts[p].pauseTimestamps.firstTimestamp < parts[p].pauseTimestamps.latestTimestamp
+        for p in (0, 1)
+    )
     assert (
         code_of(api.PauseStream, pb.PauseStreamRequest(name="pz", partitions=[7]))
         == grpc.StatusCode.NOT_FOUND
