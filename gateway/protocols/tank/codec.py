@@ -164,6 +164,10 @@ class ProduceTopicResult:
 
 @dataclass(slots=True)
 class ProduceResponse:
+    """The answer to a Produce or a ProduceWithSeqnum request: both go out with message id 0x01,
+    as the real broker frames them (tank-cli takes any other id for a network fault);
+    ``with_seqnum`` only says which request it answers."""
+
     request_id: int
     topics: list[ProduceTopicResult]
     with_seqnum: bool = False
@@ -586,8 +590,7 @@ def encode_response(resp: Response) -> bytes:
                 out.append(P_UNKNOWN_TOPIC)
             else:
                 out += bytes(t.statuses)
-        msg = MsgId.PRODUCE_WITH_SEQNUM if resp.with_seqnum else MsgId.PRODUCE
-        return frame(msg, out)
+        return frame(MsgId.PRODUCE, out)
     if isinstance(resp, ConsumeResponse):
         return encode_consume_response(resp)
     if isinstance(resp, DiscoverPartitionsResponse):
@@ -691,7 +694,7 @@ def decode_response(msg_id: int, payload: bytes, request: Request | None = None)
                 assert statuses is not None
                 statuses.append(status)
             results.append(ProduceTopicResult(t.name, statuses))
-        resp = ProduceResponse(request_id, results, msg_id == MsgId.PRODUCE_WITH_SEQNUM)
+        resp = ProduceResponse(request_id, results, request.with_seqnum)
     elif msg_id == MsgId.CONSUME:
         return decode_consume_response(payload)
     elif msg_id == MsgId.DISCOVER_PARTITIONS:

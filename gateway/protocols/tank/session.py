@@ -148,6 +148,23 @@ def first_available(log_start: int, high_watermark: int) -> int:
     return log_start + 1 if high_watermark > log_start else 0
 
 
+_NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+_NAME_ALNUM = _NAME_BYTES - frozenset(b"-_")
+
+
+def valid_topic_name(raw: bytes) -> bool:
+    """TANK's rule for a topic it creates: 1 to 64 bytes of ``A-Z a-z 0-9 - _``, at least one
+    letter or digit, neither starting nor ending with ``-`` or ``_`` (so ``a.b``, ``--`` and
+    ``_`` are refused). Topics made through other protocols are not held to it."""
+    return (
+        0 < len(raw) <= MAX_TOPIC_NAME
+        and all(b in _NAME_BYTES for b in raw)
+        and any(b in _NAME_ALNUM for b in raw)
+        and raw[0] in _NAME_ALNUM
+        and raw[-1] in _NAME_ALNUM
+    )
+
+
 def parse_topic_config(text: bytes) -> tuple[tuple[str, str], ...] | None:
     """TANK topic configuration (``key = value`` lines, ``#`` comments); None when malformed."""
     try:
@@ -450,7 +467,7 @@ class TankSession:
 
     async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
         raw = req.topic.encode("utf-8", "surrogateescape")
-        if not raw or len(raw) > MAX_TOPIC_NAME or not 1 <= req.partitions <= MAX_PARTITIONS:
+        if not valid_topic_name(raw) or not 1 <= req.partitions <= MAX_PARTITIONS:
             return CreateTopicResponse(req.request_id, req.topic, CT_INVALID)
         config = parse_topic_config(req.config)
         if config is None:
