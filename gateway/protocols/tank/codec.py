@@ -642,6 +642,12 @@ def encode_response(resp: Response) -> bytes:
 
 
 def encode_consume_response(resp: ConsumeResponse) -> bytes:
+    return b"".join(consume_response_pieces(resp))
+
+
+def consume_response_pieces(resp: ConsumeResponse) -> list[bytes | memoryview]:
+    """A consume answer as the pieces it is made of: frame head, header, then the chunks as
+    they are (stored data, not copied into one frame)."""
     header = bytearray(U32.pack(resp.request_id))
     header.append(len(resp.topics))
     chunks: list[bytes | memoryview] = []
@@ -669,7 +675,7 @@ def encode_consume_response(resp: ConsumeResponse) -> bytes:
                 addr, port = p.leader or (0, 0)
                 header += U32.pack(addr) + U16.pack(port)
     size = 4 + len(header) + sum(len(c) for c in chunks)
-    return b"".join([FRAME.pack(MsgId.CONSUME, size), U32.pack(len(header)), header, *chunks])
+    return [FRAME.pack(MsgId.CONSUME, size), U32.pack(len(header)), bytes(header), *chunks]
 
 
 def decode_response(msg_id: int, payload: bytes, request: Request | None = None) -> Response:

@@ -1,0 +1,121 @@
+"""A consume answer holds at most the listener's ``max_answer_bytes`` of chunks, whatever the
+fetch sizes and however many partitions (or repeats of one) a request lists; records stored in
+another protocol's format are re-encoded only as far as they fit, in whole bundles."""
+
+from __future__ import annotations
+
+import types
+
+import structlog
+import trio
+
+from gateway.backends.memory import MemoryBackend
+from gateway.canonical import CANONICAL
+from gateway.core.engine import Core
+from gateway.model import CreateTopic, Produce, Record, RecordBatch
+from gateway.observability import LIMIT_HITS
+from gateway.protocols.tank import codec as C
+from gateway.protocols.tank.bundle import encode_bundle, read_varint
+from gateway.protocols.tank.session import TankSession
+
+BUDGET = 5000
+U32_MAX = 2**32 - 1
+
+
+def session(budget: int = BUDGET) -> TankSession:
+    core = Core({"m": MemoryBackend("m")}, [("*", "m")])
+    ctx = types.SimpleNamespace(
+        core=core,
+        log=structlog.get_logger(),
+        shutdown=trio.Event(),
+        listener=types.SimpleNamespace(max_answer_bytes=budget),
+        peer="test",
+    )
+    return TankSession(ctx)  # type: ignore[arg-type]
+
+
+def hits() -> float:
+    return LIMIT_HITS.labels("max_answer_bytes", "tank")._value.get()
+
+
+async def canonical_topic(s: TankSession, name: str, count: int = 1000, partitions: int = 1):
+    """``count`` 100-byte records per partition, stored as one canonical block (as Kafka 0.8,
+    Iggy and others store them)."""
+    await s.core.execute(CreateTopic(name, partitions))
+    for p in range(partitions):
+        records = [
+            Record(None, b"%03d" % (i % 1000) + b"x" * 97, (), 1_000_000) for i in range(count)
+        ]
+        block = CANONICAL.encode(records)
+        batch = RecordBatch(encoded=block, codec=CANONICAL, count=count)
+        await s.core.execute(Produce(name, batch, partition=p))
+
+
+def whole_bundles(chunk: bytes) -> bool:
+    """The chunk is bundles with their length varints, the last one not cut."""
+    pos = 0
+    while pos < len(chunk):
+        size, pos = read_varint(chunk, pos, len(chunk))
+        pos += size
+    return pos == len(chunk)
+
+
+async def consume(s: TankSession, topic: str, entries: list[tuple[int, int, int]]):
+    req = C.ConsumeRequest(
+        1,
+        [C.ConsumeTopic(topic, [C.ConsumePartitionRequest(p, seq, fs) for p, seq, fs in entries])],
+    )
+    # what a client decodes: the encoded answer
+    resp = C.decode_response(C.MsgId.CONSUME, C.encode_response(await s.consume(req))[5:])
+    return resp.topics[0].partitions
+
+
+async def test_a_huge_fetch_size_gets_the_budget_in_whole_bundles() -> None:
+    s = session()
+    await canonical_topic(s, "big")
+    before = hits()
+    [part] = await consume(s, "big", [(0, 0, U32_MAX)])
+    assert part.err == 0 and part.hwmark == 1000 and part.base_seq == 1
+    assert BUDGET - 200 < len(part.chunk) <= BUDGET
+    msgs = part.messages()  # whole messages only: nothing cut
+    assert whole_bundles(part.chunk) and len(msgs) * 100 < len(part.chunk)
+    assert [m.seq for m in msgs] == list(range(1, len(msgs) + 1))
+    assert msgs[7].content == b"007" + b"x" * 97
+    assert hits() == before + 1
+    # from the middle of the block, within the budget: exactly what was asked, no hit
+    [part] = await consume(s, "big", [(0, 501, 1000)])
+    assert [m.seq for m in part.messages()][:1] == [501]
+    assert len(part.chunk) <= 1000
+    assert hits() == before + 1
+
+
+async def test_partitions_and_repeats_share_one_budget() -> None:
+    s = session()
+    await canonical_topic(s, "many", partitions=3)
+    before = hits()
+    # partition 1 listed three times (the real broker answers every entry; so do we)
+    entries = [(0, 0, 2000), (1, 0, U32_MAX), (1, 0, U32_MAX), (2, 0, 100), (1, 0, U32_MAX)]
+    parts = await consume(s, "many", entries)
+    sizes = [len(p.chunk) for p in parts]
+    assert sum(sizes) <= BUDGET
+    assert 1800 < sizes[0] <= 2000 and sizes[1] > 2500  # first come, first served
+    # then what is left: less than a record, so empty chunks (not cut ones), hwmark still given
+    assert sum(sizes[2:]) < 120
+    assert all(whole_bundles(p.chunk) for p in parts)
+    assert [(p.err, p.hwmark) for p in parts] == [(0, 1000)] * 5
+    assert hits() == before + 1
+
+
+async def test_stored_tank_bundles_still_go_out_untouched() -> None:
+    s = session(budget=300)
+    await s.create_topic(C.CreateTopicRequest(1, "native", 1))
+    bundles = [encode_bundle([(None, b"m%d-%d" % (b, i), 5) for i in range(10)]) for b in range(20)]
+    for i, bundle in enumerate(bundles):
+        req = C.ProduceRequest(i, [C.ProduceTopic("native", [C.ProducePartition(0, bundle)])])
+        req = C.decode_request(C.MsgId.PRODUCE, C.encode_request(req)[5:])
+        assert (await s.produce(req)).topics[0].statuses == [C.P_OK]
+    [part] = await consume(s, "native", [(0, 0, U32_MAX)])
+    whole = len(bundles[0]) + 1  # its length varint, then the bundle as produced
+    fit = 300 // whole
+    assert bytes(part.chunk) == b"".join(bytes([len(b)]) + b for b in bundles[:fit])
+    assert len(part.messages()) == 10 * fit
