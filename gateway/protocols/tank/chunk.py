@@ -10,9 +10,22 @@ before any record is decoded.
 
 from __future__ import annotations
 
-from gateway.canonical import CANONICAL, VERSION_STARTS, cut, record_position, records_at
+from gateway.canonical import (
+    CANONICAL,
+    FIELD,
+    RECORD,
+    VERSION_STARTS,
+    record_position,
+    records_at,
+)
 from gateway.model import FetchResult, RecordBatch
-from gateway.protocols.tank.bundle import TANK_BUNDLE, varint
+from gateway.protocols.tank.bundle import (
+    M_HAVE_KEY,
+    M_USE_LAST_TS,
+    TANK_BUNDLE,
+    U64,
+    varint,
+)
 from gateway.protocols.tank.codec import C_OK, ConsumePartitionResult
 
 BUNDLE_OVERHEAD = 6 + 5  # bundle flags and count varint, then the chunk's length varint
@@ -39,6 +52,51 @@ def _fitting(block: bytes | memoryview, start: int, stop: int, room: int) -> int
     return lo
 
 
+def bundle_from_canonical(block: bytes | memoryview, start: int, count: int) -> bytes:
+    """An uncompressed TANK bundle of records ``start .. start+count`` of a canonical block,
+    written straight from the block (no per-record objects; keys and values are slices until
+    the one join). The same bytes as ``TANK_BUNDLE.encode`` of the decoded records: timestamps
+    in ms, headers dropped, keys cut to TANK's 255 bytes."""
+    view = memoryview(block)
+    unpack = RECORD.unpack_from
+    funpack = FIELD.unpack_from
+    rsize = RECORD.size
+    fsize = FIELD.size
+    pack_ts = U64.pack
+    small = [bytes((i,)) for i in range(4)]
+    parts: list[bytes | memoryview] = [b""]
+    append = parts.append
+    last_ts = -1
+    pos = record_position(block, start)
+    for _ in range(count):
+        ts_us, klen, vlen, nh = unpack(view, pos)
+        pos += rsize
+        ts = ts_us // 1000 if ts_us >= 0 else 0
+        flags = M_HAVE_KEY if klen >= 0 else 0
+        if ts == last_ts:
+            flags |= M_USE_LAST_TS
+        append(small[flags])
+        if ts != last_ts:
+            append(pack_ts(ts))
+            last_ts = ts
+        if klen >= 0:
+            key = view[pos : pos + min(klen, 255)]
+            append(bytes((len(key),)))
+            append(key)
+            pos += klen
+        if vlen > 0:
+            append(varint(vlen))
+            append(view[pos : pos + vlen])
+            pos += vlen
+        else:
+            append(b"\x00")
+        for _ in range(nh):
+            nlen, hvlen = funpack(view, pos)
+            pos += fsize + nlen + hvlen
+    parts[0] = bytes((count << 2,)) if count <= 15 else b"\x00" + varint(count)
+    return b"".join(parts)
+
+
 def bundle_within(window: RecordBatch, room: int, at_least_one: bool) -> tuple[bytes, int]:
     """(an uncompressed TANK bundle of the first records of ``window``, how many): as many as
     fit ``room`` bytes with their length prefix. When not even one fits: one anyway if
@@ -55,9 +113,7 @@ def bundle_within(window: RecordBatch, room: int, at_least_one: bool) -> tuple[b
                 base = record_position(block, start)
                 if record_position(block, start + 1) - base > room:
                     return b"", 0
-            part = cut(block, start, start + n)
-            assert part is not None
-            return TANK_BUNDLE.encode(CANONICAL.decode(part, window.first_offset)), n
+            return bundle_from_canonical(block, start, n), n
     per = max(1, window.size_bytes // max(1, count))
     n = max(1, min(count, room // per))
     while True:

@@ -8,6 +8,8 @@ import types
 
 import structlog
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.backends.memory import MemoryBackend
 from gateway.canonical import CANONICAL
@@ -15,7 +17,8 @@ from gateway.core.engine import Core
 from gateway.model import CreateTopic, Produce, Record, RecordBatch
 from gateway.observability import LIMIT_HITS
 from gateway.protocols.tank import codec as C
-from gateway.protocols.tank.bundle import encode_bundle, read_varint
+from gateway.protocols.tank.bundle import TANK_BUNDLE, encode_bundle, read_varint
+from gateway.protocols.tank.chunk import bundle_from_canonical
 from gateway.protocols.tank.session import TankSession
 
 BUDGET = 5000
@@ -119,3 +122,27 @@ async def test_stored_tank_bundles_still_go_out_untouched() -> None:
     fit = 300 // whole
     assert bytes(part.chunk) == b"".join(bytes([len(b)]) + b for b in bundles[:fit])
     assert len(part.messages()) == 10 * fit
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=300)),
+            st.one_of(st.none(), st.binary(max_size=200)),
+            st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)), max_size=2),
+            st.integers(min_value=-1, max_value=2**50),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.data(),
+)
+def test_bundles_written_from_canonical_blocks_match_the_generic_encoder(rows, data) -> None:
+    records = [Record(k, v, tuple(h), ts) for k, v, h, ts in rows]
+    block = CANONICAL.encode(records)
+    start = data.draw(st.integers(0, len(records) - 1))
+    n = data.draw(st.integers(1, len(records) - start))
+    expected = TANK_BUNDLE.encode(records[start : start + n])
+    assert bundle_from_canonical(block, start, n) == expected
+    assert bundle_from_canonical(memoryview(block), start, n) == expected
