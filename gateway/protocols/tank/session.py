@@ -112,6 +112,9 @@ STARTED_AT = int(time.time())
 MAX_TOPIC_NAME = 64
 MAX_PARTITIONS = 65530
 RECEIVE_SIZE = 256 * 1024
+PARK_PROBE_BYTES = 1 << 20
+"""A parked consume waits for min(min_bytes, this) to arrive: what its wait may hold in memory
+(up to ``max_in_flight`` parked consumes per connection)."""
 
 _PRODUCE_STATUS = {
     ErrorCode.UNKNOWN_PARTITION: P_UNKNOWN_PARTITION,
@@ -341,7 +344,7 @@ class TankSession:
         """Read (and, at the tail, wait) for the partitions that had no fault; ``deliver`` sends
         the answer. Reading, building and delivering hold the connection's answer lock, so
         however many consumes a client pipelines without reading, one answer's data at a time is
-        held; a parked consume waits for data without holding any (then reads again)."""
+        held; a parked consume waits holding at most PARK_PROBE_BYTES (then reads again)."""
         req = plan.request
         min_bytes = max(1, req.min_bytes)
         waited = False
@@ -418,10 +421,13 @@ class TankSession:
                     nursery.cancel_scope.cancel()
 
                 async def wait_one(topic: str, cp: ConsumePartitionRequest, offset: int) -> None:
-                    probe = 1
-                    if len(pending) == 1:
-                        probe = min(min_bytes, MAX_FETCH_SIZE, self.max_answer_bytes)
-                    fetch = Fetch(topic, cp.partition, offset, 1_000_000, probe, max_wait_ms, probe)
+                    if len(pending) == 1:  # min_bytes, up to what a parked wait may hold
+                        probe = min(min_bytes, PARK_PROBE_BYTES, self.max_answer_bytes)
+                        fetch = Fetch(
+                            topic, cp.partition, offset, 1 << 30, probe, max_wait_ms, probe
+                        )
+                    else:  # any data
+                        fetch = Fetch(topic, cp.partition, offset, 1, 1, max_wait_ms, 1)
                     with contextlib.suppress(GatewayError):  # the read after says what failed
                         await self.core.execute(fetch)
                     nursery.cancel_scope.cancel()
