@@ -166,6 +166,9 @@ def fill_chunk(
         # re-encoded: bundles of the window's records while whole ones fit (each round fills
         # most of what is left: a record's TANK form is a little smaller than its estimate)
         at = window.first_offset
+        found = window.encoded_window(CANONICAL)
+        if found is None or records_at(found[0])[0] != VERSION_STARTS:
+            window.records  # noqa: B018 - decoded once here, shared by the slices below
         while at <= window.last_offset and size < fetch_size:
             part = window.slice(at)
             block, n = bundle_within(part, fetch_size - size, at_least_one and not pieces)

@@ -146,3 +146,17 @@ def test_bundles_written_from_canonical_blocks_match_the_generic_encoder(rows, d
     expected = TANK_BUNDLE.encode(records[start : start + n])
     assert bundle_from_canonical(block, start, n) == expected
     assert bundle_from_canonical(memoryview(block), start, n) == expected
+
+
+async def test_records_without_a_stored_encoding_are_cut_to_the_budget_too() -> None:
+    s = session(budget=2000)
+    await s.core.execute(CreateTopic("plain", 1))
+    records = [Record(b"k%d" % i, b"%03d" % i + b"y" * 97, (), 2_000_000) for i in range(100)]
+    await s.core.execute(Produce("plain", RecordBatch(records), partition=0))
+    before = hits()
+    [part] = await consume(s, "plain", [(0, 11, U32_MAX)])
+    msgs = part.messages()
+    assert whole_bundles(part.chunk) and 1500 < len(part.chunk) <= 2000
+    assert [m.seq for m in msgs] == list(range(11, 11 + len(msgs)))
+    assert [(m.key, m.content[:3]) for m in msgs[:2]] == [(b"k10", b"010"), (b"k11", b"011")]
+    assert hits() == before + 1
