@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gateway.config import ConfigError, parse_config
 from gateway.model import Record
 from gateway.protocols.kafka08 import codec as c
 from gateway.protocols.kafka08.messageset import decode_message_set, encode_message_set
@@ -22,7 +23,7 @@ HUGE = 2**31 - 1
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    listener = {"max_answer_bytes": BUDGET}
+    listener = {"max_answer_bytes": BUDGET, "message_max_bytes": BUDGET - 12}
     with GatewayProcess(tmp_path_factory.mktemp("gw"), listeners={"kafka08": listener}) as gw:
         yield gw
 
@@ -103,3 +104,15 @@ def test_a_partition_listed_twice_is_answered_once(gateway: GatewayProcess, raw:
     assert [(t.topic, len(t.partitions)) for t in resp.topics] == [(topic, 1)]
     assert [r.offset for r in decode_message_set(resp.topics[0].partitions[0].message_set)] == [7]
     assert protocol_errors(gateway, "duplicate_partition") == before + 2
+
+
+def test_a_budget_smaller_than_a_message_is_refused() -> None:
+    backends = {"backends": {"m": {"type": "memory"}}}
+    listener = {"max_answer_bytes": 1000, "message_max_bytes": 2000}
+    with pytest.raises(ConfigError) as info:
+        parse_config({**backends, "listeners": {"kafka08": listener}})
+    assert (
+        "listeners.kafka08.max_answer_bytes: got 1000, expected >= message_max_bytes + 12 (2012)"
+        in "\n".join(info.value.problems)
+    )
+    parse_config({**backends, "listeners": {"kafka08": {**listener, "max_answer_bytes": 2012}}})
