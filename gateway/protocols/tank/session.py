@@ -361,9 +361,13 @@ class TankSession:
                     if deliver is not None:
                         await deliver(plan.response)
                     return plan.response
+                # several partitions wait for the first of those that had nothing to get some
+                waiting = plan.pending
+                if len(waiting) > 1:
+                    waiting = [w for w in waiting if w[2].err == C_OK and not _chunk_size(w[2])]
                 for _, _, res, _ in plan.pending:
                     res.chunk = b""  # held by nobody while parked
-            await self._park(plan.pending, req.max_wait_ms, min_bytes)
+            await self._park(waiting, req.max_wait_ms, min_bytes if len(plan.pending) == 1 else 1)
             waited = True
 
     async def _resolve(
@@ -411,8 +415,11 @@ class TankSession:
         max_wait_ms: int,
         min_bytes: int,
     ) -> None:
-        """Until ``min_bytes`` arrived (one partition) or any data did (several), the wait ran
-        out or the gateway drains; what the waits read is dropped (the caller reads again)."""
+        """Until ``min_bytes`` arrived (one partition; 1: any data in any of them), the wait
+        ran out or the gateway drains; what the waits read is dropped (the caller reads again)."""
+        single = len(pending) == 1 and min_bytes > 1
+        if not pending:
+            return
         with trio.move_on_after(max_wait_ms / 1000):
             async with trio.open_nursery() as nursery:
 
@@ -421,7 +428,7 @@ class TankSession:
                     nursery.cancel_scope.cancel()
 
                 async def wait_one(topic: str, cp: ConsumePartitionRequest, offset: int) -> None:
-                    if len(pending) == 1:  # min_bytes, up to what a parked wait may hold
+                    if single:  # min_bytes, up to what a parked wait may hold
                         probe = min(min_bytes, PARK_PROBE_BYTES, self.max_answer_bytes)
                         fetch = Fetch(
                             topic, cp.partition, offset, 1 << 30, probe, max_wait_ms, probe

@@ -160,3 +160,32 @@ async def test_records_without_a_stored_encoding_are_cut_to_the_budget_too() -> 
     assert [m.seq for m in msgs] == list(range(11, 11 + len(msgs)))
     assert [(m.key, m.content[:3]) for m in msgs[:2]] == [(b"k10", b"010"), (b"k11", b"011")]
     assert hits() == before + 1
+
+
+async def test_parked_consumes_wait_holding_no_answer() -> None:
+    """Several partitions below min_bytes: parked until one that had nothing gets data (the
+    answer's data is read again then, not held while waiting)."""
+    s = session()
+    await s.create_topic(C.CreateTopicRequest(1, "park", 2))
+    one = encode_bundle([(None, b"small", 5)])
+    req = C.ProduceRequest(1, [C.ProduceTopic("park", [C.ProducePartition(0, one)])])
+    await s.produce(C.decode_request(C.MsgId.PRODUCE, C.encode_request(req)[5:]))
+    entries = [C.ConsumePartitionRequest(0, 0, 1 << 20), C.ConsumePartitionRequest(1, 0, 1 << 20)]
+    got: list = []
+
+    async def consume_parked() -> None:
+        plan = await s.start_consume(
+            C.ConsumeRequest(7, [C.ConsumeTopic("park", entries)], 30_000, 1000)
+        )
+        got.append(await s.finish_consume(plan))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume_parked)
+            await trio.sleep(0.3)
+            assert not got  # 5 bytes of partition 0 are not min_bytes: still parked
+            assert not s.answer_lock.locked()
+            req = C.ProduceRequest(2, [C.ProduceTopic("park", [C.ProducePartition(1, one)])])
+            await s.produce(C.decode_request(C.MsgId.PRODUCE, C.encode_request(req)[5:]))
+    p0, p1 = got[0].topics[0].partitions
+    assert [m.content for m in p0.messages()] == [m.content for m in p1.messages()] == [b"small"]
