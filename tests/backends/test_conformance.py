@@ -384,55 +384,55 @@ async def test_unknown_topic_and_partition(backend: Backend) -> None:
 
 
 async def test_topic_admin(backend: Backend) -> None:
-    info = await create_topic(backend, "admin.a", 3, (("subject", "a.b"),))
-    assert (info.name, info.partitions) == ("admin.a", 3)
+    info = await create_topic(backend, "admin-a", 3, (("subject", "a.b"),))
+    assert (info.name, info.partitions) == ("admin-a", 3)
     if backend.capabilities.create_topics:
         assert info.get("subject") == "a.b"
-    assert (await backend.topic("admin.a")).partitions == 3
-    await create_topic(backend, "admin.b", 1)
+    assert (await backend.topic("admin-a")).partitions == 3
+    await create_topic(backend, "admin-b", 1)
     names = [t.name for t in await backend.list_topics()]
-    assert "admin.a" in names and "admin.b" in names
-    await raises(ErrorCode.TOPIC_EXISTS, backend.create_topic("admin.a", 1))
+    assert "admin-a" in names and "admin-b" in names
+    await raises(ErrorCode.TOPIC_EXISTS, backend.create_topic("admin-a", 1))
     await raises(ErrorCode.INVALID_TOPIC, backend.create_topic("bad/name", 1))
     await raises(ErrorCode.INVALID_TOPIC, backend.create_topic("", 1))
     await raises(ErrorCode.INVALID_PARTITIONS, backend.create_topic("zero", 0))
 
     caps = backend.capabilities
-    await backend.append("admin.a", 2, RecordBatch(make_records(4)))
+    await backend.append("admin-a", 2, RecordBatch(make_records(4)))
     deletes = caps.topic_admin if caps.delete_topics is None else caps.delete_topics
-    await expect_capability(backend, deletes, lambda: backend.delete_topic("admin.b"))
+    await expect_capability(backend, deletes, lambda: backend.delete_topic("admin-b"))
     if deletes:
-        await raises(ErrorCode.UNKNOWN_TOPIC, backend.topic("admin.b"))
-        await raises(ErrorCode.UNKNOWN_TOPIC, backend.delete_topic("admin.b"))
-        assert "admin.b" not in [t.name for t in await backend.list_topics()]
+        await raises(ErrorCode.UNKNOWN_TOPIC, backend.topic("admin-b"))
+        await raises(ErrorCode.UNKNOWN_TOPIC, backend.delete_topic("admin-b"))
+        assert "admin-b" not in [t.name for t in await backend.list_topics()]
         # a re-created topic starts empty
-        await create_topic(backend, "admin.b", 1)
-        await backend.append("admin.b", 0, RecordBatch(make_records(2)))
-        await backend.delete_topic("admin.b")
-        await create_topic(backend, "admin.b", 1)
-        assert (await backend.partition_info("admin.b", 0)).high_watermark == 0
+        await create_topic(backend, "admin-b", 1)
+        await backend.append("admin-b", 0, RecordBatch(make_records(2)))
+        await backend.delete_topic("admin-b")
+        await create_topic(backend, "admin-b", 1)
+        assert (await backend.partition_info("admin-b", 0)).high_watermark == 0
 
     grown = await expect_capability(
-        backend, caps.topic_admin, lambda: backend.create_partitions("admin.a", 2)
+        backend, caps.topic_admin, lambda: backend.create_partitions("admin-a", 2)
     )
     if grown is not None:
         assert grown.partitions == 5 and grown.get("subject") == "a.b"
-        assert (await backend.topic("admin.a")).partitions == 5
-        result = await backend.append("admin.a", 4, RecordBatch(make_records(3)))
+        assert (await backend.topic("admin-a")).partitions == 5
+        result = await backend.append("admin-a", 4, RecordBatch(make_records(3)))
         assert result.base_offset == 0
-        assert (await backend.partition_info("admin.a", 2)).high_watermark == 4
+        assert (await backend.partition_info("admin-a", 2)).high_watermark == 4
 
     shrunk = await expect_capability(
-        backend, caps.delete_partitions, lambda: backend.delete_partitions("admin.a", 3)
+        backend, caps.delete_partitions, lambda: backend.delete_partitions("admin-a", 3)
     )
     if shrunk is not None:
         assert shrunk.partitions == 2
-        await raises(ErrorCode.UNKNOWN_PARTITION, backend.partition_info("admin.a", 2))
-        await raises(ErrorCode.INVALID_PARTITIONS, backend.delete_partitions("admin.a", 2))
-        regrown = await backend.create_partitions("admin.a", 1)
+        await raises(ErrorCode.UNKNOWN_PARTITION, backend.partition_info("admin-a", 2))
+        await raises(ErrorCode.INVALID_PARTITIONS, backend.delete_partitions("admin-a", 2))
+        regrown = await backend.create_partitions("admin-a", 1)
         assert regrown.partitions == 3
         # a partition added again starts empty
-        assert (await backend.partition_info("admin.a", 2)).high_watermark == 0
+        assert (await backend.partition_info("admin-a", 2)).high_watermark == 0
 
 
 # ----------------------------------------------------------------------------- kv store

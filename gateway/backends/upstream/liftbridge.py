@@ -136,10 +136,16 @@ class LiftbridgeUpstream(UpstreamBackend):
     async def partition_info(self, topic: str, partition: int) -> PartitionInfo:
         if partition < 0:
             raise GatewayError(ErrorCode.UNKNOWN_PARTITION, f"no partition {partition}")
-        md = await self._rpc(
-            lambda c: c.partition_metadata(self.up(topic), partition),
-            f"partition metadata of {topic}/{partition}",
-        )
+        try:
+            md = await self._rpc(
+                lambda c: c.partition_metadata(self.up(topic), partition),
+                f"partition metadata of {topic}/{partition}",
+            )
+        except GatewayError as exc:
+            if exc.code is ErrorCode.UNKNOWN_PARTITION:
+                # Liftbridge answers "partition not found" for an unknown stream as well
+                await self.topic(topic)  # UNKNOWN_TOPIC when it is the stream that is missing
+            raise
         return PartitionInfo(topic, partition, 0, md.highWatermark + 1)
 
     # ------------------------------------------------------------------ data

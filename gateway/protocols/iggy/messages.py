@@ -138,11 +138,17 @@ def send_batch(messages: Sequence[tuple[Any, Any, Any]], key: bytes | None, ts: 
 # ----------------------------------------------------------------------------- poll
 
 
+_ENTRY = _POLL_MSG.size + 4  # an entry's fixed part: message header, then the value's length
+
+
 def _from_canonical(
-    block: Any, start: int, stop: int, base_offset: int, id_base: int, parts: list[Any]
-) -> None:
-    """Append the Iggy poll entries of records ``start..stop`` of a canonical block."""
+    block: Any, start: int, stop: int, base_offset: int, id_base: int, parts: list[Any], room: int
+) -> tuple[int, int]:
+    """Append the Iggy poll entries of records ``start..stop`` of a canonical block while they
+    fit ``room`` bytes (at least one when ``parts`` holds none yet): (entries, bytes)."""
     append = parts.append
+    taken = 0
+    size = 0
     unpack = RECORD.unpack_from
     funpack = FIELD.unpack_from
     pack = _POLL_MSG.pack
@@ -164,6 +170,8 @@ def _from_canonical(
             pos += 6 + nlen + hvlen
         value = block[vstart:hstart] if vlen > 0 else b""
         offset = base_offset + i
+        if size + _ENTRY + len(value) + 8 * nh > room and (taken or len(parts) > 1):
+            break  # (its typed headers only add to that estimate)
         if nh:
             hdrs = []
             hp = hstart
@@ -188,13 +196,20 @@ def _from_canonical(
             append(hblock)
         append(u32(len(value)))
         append(value)
+        taken += 1
+        size += _ENTRY + len(hblock) + len(value)
+    return taken, size
 
 
-def _from_records(records: Sequence[Record], id_base: int, parts: list[Any]) -> None:
+def _from_records(
+    records: Sequence[Record], id_base: int, parts: list[Any], room: int
+) -> tuple[int, int]:
     append = parts.append
     pack = _POLL_MSG.pack
     u32 = _U32.pack
     crc = zlib.crc32
+    taken = 0
+    size = 0
     for r in records:
         offset = r.offset
         if r.headers:
@@ -204,36 +219,53 @@ def _from_records(records: Sequence[Record], id_base: int, parts: list[Any]) -> 
         else:
             mid, hblock = id_base | offset, b""
         value = r.value or b""
+        entry = _ENTRY + len(hblock) + len(value)
+        if size + entry > room and (taken or len(parts) > 1):
+            break
         ts = r.timestamp_us if r.timestamp_us >= 0 else 0
         append(pack(offset, 1, ts, mid & _U64_MAX, mid >> 64, crc(value), len(hblock)))
         if hblock:
             append(hblock)
         append(u32(len(value)))
         append(value)
+        taken += 1
+        size += entry
+    return taken, size
 
 
 _POLL_HEAD = struct.Struct("<IQI")
 
 
 def poll_reply(
-    topic: str, partition: int, current_offset: int, batches: Sequence[RecordBatch]
+    topic: str,
+    partition: int,
+    current_offset: int,
+    batches: Sequence[RecordBatch],
+    max_bytes: int = 1 << 62,
 ) -> tuple[bytes, int, int]:
     """(POLL_MESSAGES reply payload, message count, last offset) for fetched batch windows of
-    ``topic``'s 0-based ``partition``; the reply names partition id ``partition + 1``."""
+    ``topic``'s 0-based ``partition``; the reply names partition id ``partition + 1``. The
+    messages stop before the one that would take the reply past ``max_bytes`` (the first one
+    goes out whatever its size)."""
     id_base = derived_id(topic, partition, 0)
     parts: list[Any] = [b""]
     count = 0
     last = -1
+    room = max_bytes - _POLL_HEAD.size
     for b in batches:
         if not b.count:
             continue
         window = b.encoded_window(CANONICAL)
         if window is not None:
             block, start, stop = window
-            _from_canonical(block, start, stop, b.base_offset, id_base, parts)
+            n, size = _from_canonical(block, start, stop, b.base_offset, id_base, parts, room)
         else:
-            _from_records(b.records, id_base, parts)
-        count += b.count
-        last = b.last_offset
+            n, size = _from_records(b.records, id_base, parts, room)
+        count += n
+        room -= size
+        if n:
+            last = b.first_offset + n - 1
+        if n < b.count:
+            break
     parts[0] = _POLL_HEAD.pack(partition + 1, current_offset, count)
     return b"".join(parts), count, last

@@ -56,6 +56,7 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
+from gateway.protocols.answers import LIMIT
 from gateway.protocols.base import PerCore
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.auth import LoginGuard, check_credentials, peer_host
@@ -532,12 +533,16 @@ class IggySession:
         current = max(0, hw - 1)
         if offset >= hw:
             return c.PolledMessages(partition + 1, current)
-        result = await self.core.execute(
-            Fetch(topic, partition, offset, req.count, self.cfg.max_poll_bytes, 0)
+        # the answer's budget, whatever count (up to 2^32 - 1) asks for
+        limit, key = min(
+            (self.cfg.max_answer_bytes, LIMIT), (self.cfg.max_poll_bytes, "max_poll_bytes")
         )
+        result = await self.core.execute(Fetch(topic, partition, offset, req.count, limit, 0))
         payload, n, last = poll_reply(
-            topic, partition, max(0, result.high_watermark - 1), result.batches
+            topic, partition, max(0, result.high_watermark - 1), result.batches, limit
         )
+        if n < req.count and offset + n < result.high_watermark:
+            limit_hit(key, PROTOCOL, self.log, limit_bytes=limit, asked=req.count, answered=n)
         if n and req.auto_commit:
             await self.core.execute(CommitOffset(group, topic, partition, last + 1))
         labelled(RECORDS_OUT, PROTOCOL).inc(n)

@@ -38,6 +38,12 @@ class Kafka08ListenerConfig(ListenerConfig):
             )
         if self.message_max_bytes < 14:
             problems.append(f"message_max_bytes: got {self.message_max_bytes}, expected >= 14")
+        if self.max_answer_bytes < self.message_max_bytes + 12:
+            # a stored message must fit one Fetch answer, or no client could ever read past it
+            problems.append(
+                f"max_answer_bytes: got {self.max_answer_bytes}, expected >= message_max_bytes "
+                f"+ 12 ({self.message_max_bytes + 12}): a message must fit one Fetch answer"
+            )
         return problems
 
 

@@ -446,6 +446,19 @@ def encode_response_generic(api_key: int, version: int, correlation_id: int, bod
     return frame(parts)
 
 
+def response_pieces(api_key: int, version: int, correlation_id: int, body: Any) -> list[Buffer]:
+    """:func:`encode_response` as the pieces it is built from (int32 size first), unjoined: a
+    Fetch answer's message sets stay the buffers they were built as, for the session to write
+    one after the other instead of copying them into one frame."""
+    parts: list[Buffer] = [b"", _I32.pack(correlation_id)]
+    response_layout(api_key, version).write(body, parts)
+    size = 0
+    for p in parts:
+        size += len(p)
+    parts[0] = _I32.pack(size)
+    return parts
+
+
 def decode_response(api_key: int, version: int, payload: Buffer) -> tuple[int, Any]:
     """(correlation id, body) of a response payload to a request of (key, version)."""
     if len(payload) < 4:
@@ -579,6 +592,10 @@ class ServerConnection:
     @staticmethod
     def send_response(request: Request, body: Any) -> bytes:
         return encode_response(request.api_key, request.api_version, request.correlation_id, body)
+
+    @staticmethod
+    def response_pieces(request: Request, body: Any) -> list[Buffer]:
+        return response_pieces(request.api_key, request.api_version, request.correlation_id, body)
 
 
 class ClientConnection:

@@ -339,7 +339,7 @@ def _from_canonical(
     """(magic-0 entries for records ``start .. start+count`` of a canonical block, with offsets
     from ``first_offset``, their count); stops after the entry that reaches ``limit`` bytes.
     Headers are dropped: magic 0 has none."""
-    buf = block if isinstance(block, bytes) else bytes(block)
+    buf = block  # a memoryview stays one: slices of it are views, joined once at the end
     unpack = RECORD.unpack_from
     rsize = RECORD.size
     pos = record_position(buf, start)  # version 3: from the start table, no walk

@@ -41,6 +41,7 @@ from gateway.model import (
 from gateway.observability import (
     BYTES_IN,
     BYTES_OUT,
+    PROTOCOL_ERRORS,
     RECORDS_IN,
     RECORDS_OUT,
     REQUEST_LATENCY,
@@ -48,6 +49,7 @@ from gateway.observability import (
     labelled,
     protocol_error,
 )
+from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget, send_pieces
 from gateway.protocols.kafka08 import codec as c
 from gateway.protocols.kafka08.codec import ApiKey, RemoteProtocolError, Request
 from gateway.protocols.kafka08.compression import CODECS
@@ -129,6 +131,8 @@ class Session:
         self.node_id = getattr(self.cfg, "node_id", 0)
         self.message_max_bytes = getattr(self.cfg, "message_max_bytes", 1_000_012)
         self.api_versions = getattr(self.cfg, "api_versions", True)
+        self.max_answer_bytes = getattr(self.cfg, "max_answer_bytes", 64 << 20)
+        self._duplicates_logged = False
         self._draining = False
         self._records_in = labelled(RECORDS_IN, PROTOCOL)
         self._records_out = labelled(RECORDS_OUT, PROTOCOL)
@@ -211,7 +215,10 @@ class Session:
                         if request.api_key == ApiKey.FETCH:
                             await self._send(stream, out)
                         response = await self.handle(request)
-                        if response is not None:
+                        if isinstance(response, list):
+                            await self._send(stream, out)
+                            self._bytes_out.inc(await send_pieces(stream, response))
+                        elif response is not None:
                             out.append(response)
                     if self._draining:  # finish the request in hand, start no new one
                         break
@@ -299,7 +306,7 @@ class Session:
             this.released.set()
             this.done.set()
 
-    async def handle(self, request: Request) -> bytes | None:
+    async def handle(self, request: Request) -> bytes | list[Any] | None:
         handler = self._handlers.get(request.api_key)
         if handler is None or (request.api_key == ApiKey.API_VERSIONS and not self.api_versions):
             protocol_error(
@@ -315,6 +322,11 @@ class Session:
         self._observe(request.api_key, start)
         if body is None:
             return None
+        if request.api_key == ApiKey.FETCH:
+            pieces = c.ServerConnection.response_pieces(request, body)
+            if sum(len(p) for p in pieces) >= COALESCE_BYTES:
+                return pieces  # a large answer goes out as built, not copied into one frame
+            return b"".join(pieces)
         return c.ServerConnection.send_response(request, body)
 
     def _observe(self, api: int, start: float) -> None:
@@ -408,37 +420,73 @@ class Session:
 
     # ------------------------------------------------------------------ fetch
     async def _fetch_partition(
-        self, topic: str, p: Any, max_wait_ms: int, min_bytes: int
+        self, topic: str, p: Any, max_wait_ms: int, min_bytes: int, budget: AnswerBudget
     ) -> tuple[Any, int]:
-        """(FetchPartitionResult, bytes of data) for one partition."""
+        """(FetchPartitionResult, bytes of data) for one partition, within what is left of the
+        answer's budget."""
+        share, bounded = budget.share(p.max_bytes)
         try:
             result = await self.core.execute(
                 Fetch(
                     topic,
                     p.partition,
                     p.offset,
-                    max_bytes=max(1, p.max_bytes),
+                    max_bytes=max(1, share),
                     max_wait_ms=max(0, max_wait_ms),
-                    min_bytes=max(1, min_bytes),
+                    min_bytes=max(1, min(min_bytes, share)),
                 )
             )
         except GatewayError as exc:
             code = self._error(ApiKey.FETCH, exc, topic=topic, partition=p.partition)
             return c.FETCH_RESULT(p.partition, code, -1, b""), -1
-        data, count = encode_fetch(result.batches, p.max_bytes, self.codec)
+        data, count = encode_fetch(result.batches, share, self.codec)
+        if bounded:
+            if not count:
+                # only the start of a message fits what is left: send none of it, or a 0.8
+                # client would take the partition for one holding a message too large to fetch
+                data = b""
+            if p.offset + count < result.high_watermark:
+                budget.hit = True  # the budget, not MaxBytes, left records of it out
+        budget.spend(len(data))
         if count:
             self._records_out.inc(count)
         self._count(ApiKey.FETCH, "ok")
         return c.FETCH_RESULT(p.partition, 0, result.high_watermark, data), len(data)
 
+    def _wanted(self, body: Any) -> list[tuple[str, Any]]:
+        """The partitions a Fetch asks for, each once: like the 0.8 broker (which reads them
+        into a map), a partition listed again takes the place of its earlier entry, answered
+        where it was first listed."""
+        wanted: dict[tuple[str, int], tuple[str, Any]] = {}
+        listed = 0
+        for t in body.topics:
+            topic = t.topic if t.topic is not None else ""
+            for p in t.partitions:
+                wanted[(topic, p.partition)] = (topic, p)
+                listed += 1
+        if listed != len(wanted):
+            PROTOCOL_ERRORS.labels(protocol=PROTOCOL, kind="duplicate_partition").inc()
+            if not self._duplicates_logged:  # once per connection: a client may repeat it
+                self._duplicates_logged = True
+                self.log.warning(
+                    "protocol_error",
+                    kind="duplicate_partition",
+                    error="a Fetch lists a partition more than once: answered once",
+                    listed=listed,
+                    distinct=len(wanted),
+                )
+        return list(wanted.values())
+
     async def fetch(self, request: Request) -> Any:
         body = request.body
-        wanted = [
-            (t.topic if t.topic is not None else "", p) for t in body.topics for p in t.partitions
-        ]
+        wanted = self._wanted(body)
         if len(wanted) == 1:  # the common case: the core's long poll does all the waiting
             topic, p = wanted[0]
-            result, _ = await self._fetch_partition(topic, p, body.max_wait_ms, body.min_bytes)
+            budget = AnswerBudget(self.max_answer_bytes)
+            result, _ = await self._fetch_partition(
+                topic, p, body.max_wait_ms, body.min_bytes, budget
+            )
+            budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
             results = [(topic, result)]
         else:
             results = await self._fetch_many(wanted, body.max_wait_ms, body.min_bytes)
@@ -455,22 +503,25 @@ class Session:
     ) -> list[tuple[str, Any]]:
         """MinBytes over all partitions, MaxWaitTime for the whole request."""
 
-        async def one_pass() -> tuple[list[tuple[str, Any]], int, bool]:
+        async def one_pass() -> tuple[list[tuple[str, Any]], int, bool, AnswerBudget]:
             out = []
             total = 0
             error = False
+            budget = AnswerBudget(self.max_answer_bytes)
             for topic, p in wanted:
-                result, size = await self._fetch_partition(topic, p, 0, 1)
+                result, size = await self._fetch_partition(topic, p, 0, 1, budget)
                 out.append((topic, result))
                 if size < 0:
                     error = True
                 else:
                     total += size
-            return out, total, error
+            return out, total, error, budget
 
-        results, total, error = await one_pass()
+        results, total, error, budget = await one_pass()
         if error or max_wait_ms <= 0 or total >= max(1, min_bytes) or not wanted:
+            budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
             return results
+        del results, budget  # nothing worth keeping while waiting
         with trio.move_on_after(max_wait_ms / 1000):
             async with trio.open_nursery() as nursery:
 
@@ -486,7 +537,8 @@ class Session:
 
                 for topic, p in wanted:
                     nursery.start_soon(wait_one, topic, p)
-        results, _, _ = await one_pass()
+        results, _, _, budget = await one_pass()
+        budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
         return results
 
     # ------------------------------------------------------------------ offsets

@@ -164,6 +164,10 @@ class ProduceTopicResult:
 
 @dataclass(slots=True)
 class ProduceResponse:
+    """The answer to a Produce or a ProduceWithSeqnum request: both go out with message id 0x01,
+    as the real broker frames them (tank-cli takes any other id for a network fault);
+    ``with_seqnum`` only says which request it answers."""
+
     request_id: int
     topics: list[ProduceTopicResult]
     with_seqnum: bool = False
@@ -586,8 +590,7 @@ def encode_response(resp: Response) -> bytes:
                 out.append(P_UNKNOWN_TOPIC)
             else:
                 out += bytes(t.statuses)
-        msg = MsgId.PRODUCE_WITH_SEQNUM if resp.with_seqnum else MsgId.PRODUCE
-        return frame(msg, out)
+        return frame(MsgId.PRODUCE, out)
     if isinstance(resp, ConsumeResponse):
         return encode_consume_response(resp)
     if isinstance(resp, DiscoverPartitionsResponse):
@@ -639,6 +642,12 @@ def encode_response(resp: Response) -> bytes:
 
 
 def encode_consume_response(resp: ConsumeResponse) -> bytes:
+    return b"".join(consume_response_pieces(resp))
+
+
+def consume_response_pieces(resp: ConsumeResponse) -> list[bytes | memoryview]:
+    """A consume answer as the pieces it is made of: frame head, header, then the chunks as
+    they are (stored data, not copied into one frame)."""
     header = bytearray(U32.pack(resp.request_id))
     header.append(len(resp.topics))
     chunks: list[bytes | memoryview] = []
@@ -666,7 +675,7 @@ def encode_consume_response(resp: ConsumeResponse) -> bytes:
                 addr, port = p.leader or (0, 0)
                 header += U32.pack(addr) + U16.pack(port)
     size = 4 + len(header) + sum(len(c) for c in chunks)
-    return b"".join([FRAME.pack(MsgId.CONSUME, size), U32.pack(len(header)), header, *chunks])
+    return [FRAME.pack(MsgId.CONSUME, size), U32.pack(len(header)), bytes(header), *chunks]
 
 
 def decode_response(msg_id: int, payload: bytes, request: Request | None = None) -> Response:
@@ -691,7 +700,7 @@ def decode_response(msg_id: int, payload: bytes, request: Request | None = None)
                 assert statuses is not None
                 statuses.append(status)
             results.append(ProduceTopicResult(t.name, statuses))
-        resp = ProduceResponse(request_id, results, msg_id == MsgId.PRODUCE_WITH_SEQNUM)
+        resp = ProduceResponse(request_id, results, request.with_seqnum)
     elif msg_id == MsgId.CONSUME:
         return decode_consume_response(payload)
     elif msg_id == MsgId.DISCOVER_PARTITIONS:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -26,7 +27,6 @@ from gateway.model import (
     DescribeTopic,
     ErrorCode,
     Fetch,
-    FetchResult,
     GatewayError,
     ListOffsets,
     ListTopics,
@@ -46,8 +46,10 @@ from gateway.observability import (
     labelled,
     protocol_error,
 )
+from gateway.protocols.answers import AnswerBudget, send_pieces
 from gateway.protocols.base import ConnectionContext
-from gateway.protocols.tank.bundle import TANK_BUNDLE, decode_bundle, varint
+from gateway.protocols.tank.bundle import TANK_BUNDLE, decode_bundle
+from gateway.protocols.tank.chunk import fill_chunk, first_available
 from gateway.protocols.tank.codec import (
     C_BOUNDARY,
     C_OK,
@@ -100,6 +102,7 @@ from gateway.protocols.tank.codec import (
     StatusResponse,
     TankConnection,
     TopicEntry,
+    consume_response_pieces,
     encode_consume_response,
     encode_response,
 )
@@ -109,6 +112,9 @@ STARTED_AT = int(time.time())
 MAX_TOPIC_NAME = 64
 MAX_PARTITIONS = 65530
 RECEIVE_SIZE = 256 * 1024
+PARK_PROBE_BYTES = 1 << 20
+"""A parked consume waits for min(min_bytes, this) to arrive: what its wait may hold in memory
+(up to ``max_in_flight`` parked consumes per connection)."""
 
 _PRODUCE_STATUS = {
     ErrorCode.UNKNOWN_PARTITION: P_UNKNOWN_PARTITION,
@@ -143,9 +149,21 @@ _bytes_out = labelled(BYTES_OUT, PROTOCOL)
 _latency = {api: labelled(REQUEST_LATENCY, PROTOCOL, api) for api in _API_NAMES.values()}
 
 
-def first_available(log_start: int, high_watermark: int) -> int:
-    """TANK's first available sequence number: 0 while the partition holds nothing."""
-    return log_start + 1 if high_watermark > log_start else 0
+_NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+_NAME_ALNUM = _NAME_BYTES - frozenset(b"-_")
+
+
+def valid_topic_name(raw: bytes) -> bool:
+    """TANK's rule for a topic it creates: 1 to 64 bytes of ``A-Z a-z 0-9 - _``, at least one
+    letter or digit, neither starting nor ending with ``-`` or ``_`` (so ``a.b``, ``--`` and
+    ``_`` are refused). Topics made through other protocols are not held to it."""
+    return (
+        0 < len(raw) <= MAX_TOPIC_NAME
+        and all(b in _NAME_BYTES for b in raw)
+        and any(b in _NAME_ALNUM for b in raw)
+        and raw[0] in _NAME_ALNUM
+        and raw[-1] in _NAME_ALNUM
+    )
 
 
 def parse_topic_config(text: bytes) -> tuple[tuple[str, str], ...] | None:
@@ -179,6 +197,9 @@ class TankSession:
     def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
         self.core = ctx.core
+        listener = getattr(ctx, "listener", None)
+        self.max_answer_bytes: int = getattr(listener, "max_answer_bytes", 64 << 20)
+        self.answer_lock = trio.Lock()  # one consume answer read, built and sent at a time
 
     async def handle(self, req: Any) -> Any:
         if isinstance(req, ProduceRequest):
@@ -311,15 +332,43 @@ class TankSession:
                 else:
                     offset = await self._resolve(t.name, cp, res)
                     if offset is not None:
+                        # a partition listed again is answered again, like the real broker
+                        # does: the answer's budget is shared by every entry
                         pending.append((t.name, cp, res, offset))
             topics.append(ConsumeTopicResult(t.name, parts, len(parts)))
         return ConsumePlan(req, ConsumeResponse(req.request_id, topics), pending)
 
-    async def finish_consume(self, plan: ConsumePlan) -> ConsumeResponse:
-        """Read (and, at the tail, wait) for the partitions that had no fault."""
-        if plan.pending:
-            await self._fetch_all(plan.request, plan.pending)
-        return plan.response
+    async def finish_consume(
+        self, plan: ConsumePlan, deliver: Callable[[ConsumeResponse], Awaitable[None]] | None = None
+    ) -> ConsumeResponse:
+        """Read (and, at the tail, wait) for the partitions that had no fault; ``deliver`` sends
+        the answer. Reading, building and delivering hold the connection's answer lock, so
+        however many consumes a client pipelines without reading, one answer's data at a time is
+        held; a parked consume waits holding at most PARK_PROBE_BYTES (then reads again)."""
+        req = plan.request
+        min_bytes = max(1, req.min_bytes)
+        waited = False
+        while True:
+            async with self.answer_lock:
+                got = await self._read_all(plan.pending) if plan.pending else 0
+                if (
+                    got >= min_bytes
+                    or req.max_wait_ms <= 0
+                    or waited
+                    or self.ctx.shutdown.is_set()
+                    or not plan.pending
+                ):
+                    if deliver is not None:
+                        await deliver(plan.response)
+                    return plan.response
+                # several partitions wait for the first of those that had nothing to get some
+                waiting = plan.pending
+                if len(waiting) > 1:
+                    waiting = [w for w in waiting if w[2].err == C_OK and not _chunk_size(w[2])]
+                for _, _, res, _ in plan.pending:
+                    res.chunk = b""  # held by nobody while parked
+            await self._park(waiting, req.max_wait_ms, min_bytes if len(plan.pending) == 1 else 1)
+            waited = True
 
     async def _resolve(
         self, topic: str, cp: ConsumePartitionRequest, res: ConsumePartitionResult
@@ -348,32 +397,52 @@ class TankSession:
         res.base_seq = first_available(start, hw)
         return offset
 
-    async def _fetch_all(
-        self,
-        req: ConsumeRequest,
-        pending: list[tuple[str, ConsumePartitionRequest, ConsumePartitionResult, int]],
-    ) -> None:
-        min_bytes = max(1, req.min_bytes)
-        if len(pending) == 1:
-            topic, cp, res, offset = pending[0]
-            await self._fetch_one(topic, cp, res, offset, req.max_wait_ms, min_bytes)
-            return
-        # several partitions: answer at once if any has data, else park until the first does
+    async def _read_all(
+        self, pending: list[tuple[str, ConsumePartitionRequest, ConsumePartitionResult, int]]
+    ) -> int:
+        """Read every pending partition now, in request order, within one answer budget; the
+        chunk bytes read."""
+        budget = AnswerBudget(self.max_answer_bytes)
+        got = 0
         for topic, cp, res, offset in pending:
-            await self._fetch_one(topic, cp, res, offset, 0, 1)
-        got = sum(_chunk_size(res) for _, _, res, _ in pending)
-        if got >= min_bytes or req.max_wait_ms <= 0:
-            return
-        async with trio.open_nursery() as nursery:
+            got += await self._fetch_one(topic, cp, res, offset, budget)
+        budget.report(PROTOCOL, self.ctx.log, peer=getattr(self.ctx, "peer", ""))
+        return got
 
-            async def wait_one(topic: str, cp: Any, res: Any, offset: int) -> None:
-                await self._fetch_one(topic, cp, res, offset, req.max_wait_ms, min_bytes)
-                if _chunk_size(res):
+    async def _park(
+        self,
+        pending: list[tuple[str, ConsumePartitionRequest, ConsumePartitionResult, int]],
+        max_wait_ms: int,
+        min_bytes: int,
+    ) -> None:
+        """Until ``min_bytes`` arrived (one partition; 1: any data in any of them), the wait
+        ran out or the gateway drains; what the waits read is dropped (the caller reads again)."""
+        single = len(pending) == 1 and min_bytes > 1
+        if not pending:
+            return
+        with trio.move_on_after(max_wait_ms / 1000):
+            async with trio.open_nursery() as nursery:
+
+                async def drain_watch() -> None:
+                    await self.ctx.shutdown.wait()
                     nursery.cancel_scope.cancel()
 
-            for topic, cp, res, offset in pending:
-                if not _chunk_size(res) and res.err == C_OK:
-                    nursery.start_soon(wait_one, topic, cp, res, offset)
+                async def wait_one(topic: str, cp: ConsumePartitionRequest, offset: int) -> None:
+                    if single:  # min_bytes, up to what a parked wait may hold
+                        probe = min(min_bytes, PARK_PROBE_BYTES, self.max_answer_bytes)
+                        fetch = Fetch(
+                            topic, cp.partition, offset, 1 << 30, probe, max_wait_ms, probe
+                        )
+                    else:  # any data
+                        fetch = Fetch(topic, cp.partition, offset, 1, 1, max_wait_ms, 1)
+                    with contextlib.suppress(GatewayError):  # the read after says what failed
+                        await self.core.execute(fetch)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(drain_watch)
+                for topic, cp, res, offset in pending:
+                    if res.err == C_OK:
+                        nursery.start_soon(wait_one, topic, cp, offset)
 
     async def _fetch_one(
         self,
@@ -381,34 +450,23 @@ class TankSession:
         cp: ConsumePartitionRequest,
         res: ConsumePartitionResult,
         offset: int,
-        max_wait_ms: int,
-        min_bytes: int,
-    ) -> None:
-        fetch_size = min(cp.fetch_size, MAX_FETCH_SIZE)
-        fetch = Fetch(
-            topic,
-            cp.partition,
-            offset,
-            max_bytes=max(1, fetch_size),
-            max_wait_ms=max_wait_ms,
-            min_bytes=min_bytes,
-        )
+        budget: AnswerBudget,
+    ) -> int:
+        """Fill ``res`` from ``offset`` (no waiting) with what is left of the budget; the chunk
+        bytes."""
+        share, bounded = budget.share(min(cp.fetch_size, MAX_FETCH_SIZE))
+        if share == 0 and bounded:
+            # nothing left for this partition: an empty chunk (hwmark and first available
+            # sequence number as resolved), as if the wait had run out
+            res.err, res.chunk = C_OK, b""
+            if res.hwmark > offset:
+                budget.hit = True
+            return 0
+        fetch = Fetch(topic, cp.partition, offset, max_bytes=max(1, share))
         try:
-            result = None
-            if max_wait_ms > 0 and not self.ctx.shutdown.is_set():
-                # a parked consume is answered (empty, like a timeout) as soon as we drain
-                async with trio.open_nursery() as nursery:
-
-                    async def drain_watch() -> None:
-                        await self.ctx.shutdown.wait()
-                        nursery.cancel_scope.cancel()
-
-                    nursery.start_soon(drain_watch)
-                    result = await self.core.execute(fetch)
-                    nursery.cancel_scope.cancel()
-            if result is None:
-                result = await self.core.execute(replace(fetch, max_wait_ms=0))
+            result = await self.core.execute(fetch)
         except GatewayError as exc:
+            res.chunk = b""
             if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:  # retention moved meanwhile
                 lo = await self.core.execute(ListOffsets(topic, cp.partition))
                 res.err = C_BOUNDARY
@@ -418,8 +476,14 @@ class TankSession:
                 res.err = C_UNKNOWN_PARTITION
             else:
                 res.err = C_SYSTEM_ERROR
-            return
-        fill_chunk(res, result, fetch_size)
+            return 0
+        records, end = fill_chunk(res, result, share, at_least_one=not bounded)
+        _records_out.inc(records)
+        size = _chunk_size(res)
+        if bounded and max(end, offset) < result.high_watermark:
+            budget.hit = True  # the budget, not the fetch size, left records out
+        budget.spend(size)
+        return size
 
     # ------------------------------------------------------------------ other requests
 
@@ -450,7 +514,7 @@ class TankSession:
 
     async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
         raw = req.topic.encode("utf-8", "surrogateescape")
-        if not raw or len(raw) > MAX_TOPIC_NAME or not 1 <= req.partitions <= MAX_PARTITIONS:
+        if not valid_topic_name(raw) or not 1 <= req.partitions <= MAX_PARTITIONS:
             return CreateTopicResponse(req.request_id, req.topic, CT_INVALID)
         config = parse_topic_config(req.config)
         if config is None:
@@ -498,54 +562,6 @@ def _chunk_size(res: ConsumePartitionResult) -> int:
     if isinstance(chunk, list):
         return sum(len(c) for c in chunk)
     return len(chunk)
-
-
-def fill_chunk(res: ConsumePartitionResult, result: FetchResult, fetch_size: int) -> None:
-    """Turn fetched batches into a TANK chunk of at most ``fetch_size`` bytes (the last bundle
-    may be cut, as the real broker does). A stored TANK bundle goes out untouched, even when the
-    requested sequence number is inside it (TANK consumers skip what they did not ask for)."""
-    res.err = C_OK
-    res.hwmark = result.high_watermark
-    pieces: list[bytes | memoryview] = []
-    size = 0
-    records = 0
-    base = -1
-    for window in result.batches:
-        if window.count == 0:
-            continue
-        whole = window.whole()
-        block = whole.encoded_as(TANK_BUNDLE)
-        if block is not None and whole.last_offset == window.last_offset:
-            start = whole.base_offset
-            records += whole.count
-        else:
-            block = TANK_BUNDLE.encode(window.records)
-            start = window.first_offset
-            records += window.count
-        if base < 0:
-            base = start
-        head = varint(len(block))
-        pieces.append(head)
-        pieces.append(block)
-        size += len(head) + len(block)
-        if size >= fetch_size:
-            break
-    if size > fetch_size:
-        cut = size - fetch_size
-        while cut:
-            last = pieces[-1]
-            if len(last) <= cut:
-                pieces.pop()
-                cut -= len(last)
-            else:
-                pieces[-1] = memoryview(last)[: len(last) - cut]
-                cut = 0
-    if base >= 0 and pieces:
-        res.base_seq = base + 1
-    else:
-        res.base_seq = first_available(result.log_start_offset, result.high_watermark)
-    res.chunk = pieces
-    _records_out.inc(records)
 
 
 _PRODUCE_OUTCOME = {
@@ -676,12 +692,26 @@ class _ConnectionIO:
         _latency[api].observe(time.perf_counter() - started)
         return data
 
+    async def send_pieces(self, pieces: list[bytes | memoryview]) -> None:
+        """Write an answer built as pieces (a consume answer's chunks are the stored data)."""
+        async with self.send_lock:
+            sent = await send_pieces(self.stream, pieces)
+        _bytes_out.inc(sent)
+
     async def consume_task(self, plan: ConsumePlan, started: float) -> None:
+        async def deliver(resp: ConsumeResponse) -> None:
+            labelled(REQUESTS, PROTOCOL, "consume", outcome(resp)).inc()
+            _latency["consume"].observe(time.perf_counter() - started)
+            await self.send_pieces(consume_response_pieces(resp))
+
         try:
-            data = await self._answer("consume", started, self.session.finish_consume, plan)
-            if data is not None:
-                await self.send(data)
-                return
+            await self.session.finish_consume(plan, deliver)
+            return
+        except GatewayError as exc:  # as in _answer: no TANK answer covers it, so close
+            REQUESTS.labels(protocol=PROTOCOL, api="consume", outcome=exc.code.value).inc()
+            self.ctx.log.warning(
+                "tank_request_failed", api="consume", error=exc.code.value, message=exc.message
+            )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:

@@ -82,7 +82,25 @@ def test_server_produce_with_seqnum() -> None:
     assert req.with_seqnum and req.topics[0].partitions[0].base_seqnum == 100
     assert req.topics[0].partitions[0].info.header.first_seq == 100
     resp = C.ProduceResponse(1, [C.ProduceTopicResult("orders", [C.P_OK])], with_seqnum=True)
-    assert C.encode_response(resp)[0] == 0x05
+    assert C.encode_response(resp) == V.PWS_ANSWER_OK  # framed 0x01, like the real broker
+
+
+@pytest.mark.parametrize(
+    ("answer", "status"), [(V.PWS_ANSWER_OK, C.P_OK), (V.PWS_ANSWER_INVALID, C.P_INVALID_SEQNUMS)]
+)
+def test_client_decodes_the_answers_to_produce_with_seqnum(answer: bytes, status: int) -> None:
+    """Client role: the 0x01 answers the real broker gives a `produce -S` request."""
+    conn = C.TankConnection(C.Role.CLIENT)
+    req = C.ProduceRequest(
+        1,
+        [C.ProduceTopic("orders", [C.ProducePartition(0, V.BUNDLE_SPARSE_S1, 1)])],
+        with_seqnum=True,
+        client_id=b"c++",
+    )
+    assert conn.send(req) == V.produce_frame(b"orders", 0, V.BUNDLE_SPARSE_S1, base=1)
+    conn.receive_data(answer)
+    got = conn.next_event()
+    assert got == C.ProduceResponse(1, [C.ProduceTopicResult("orders", [status])], True)
 
 
 def test_server_consume_from_zero() -> None:

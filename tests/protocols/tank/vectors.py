@@ -34,6 +34,12 @@ BUNDLE_THREE = h("0c") + h("00") + TS + h("02 6d 31") + h("02 02 6d 32") + h("02
 BUNDLE_KEYED = h("04") + h("01") + TS + h("03 6b 65 79 03 76 61 6c")
 BUNDLE_SPARSE_100 = h("44 64 00 00 00 00 00 00 00") + h("00") + TS + h("07 73 70 61 72 73 65 31")
 PWS_PARTITION_ENTRY = h("00 00 1a 64 00 00 00 00 00 00 00")  # partition 0, len 26, base 100
+# `tank-cli ... produce -S 1 s1`: a SPARSE bundle whose first sequence number is 1
+BUNDLE_SPARSE_S1 = h("44 01 00 00 00 00 00 00 00") + h("00") + TS + h("02 73 31")
+# the real broker frames its answer to a ProduceWithSeqnum (0x05) request as a Produce answer
+# (0x01): OK, or 0x0a ("invalid request") for a sequence number at or below the high watermark
+PWS_ANSWER_OK = h("01 05 00 00 00 01 00 00 00 00")
+PWS_ANSWER_INVALID = h("01 05 00 00 00 01 00 00 00 0a")
 
 CONSUME_ORDERS_0 = h(
     "02 2a 00 00 00 02 00 01 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 01 06 6f 72 64 65 72"
