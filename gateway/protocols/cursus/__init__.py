@@ -1,13 +1,14 @@
 """The Cursus listener (cursus.md): text commands, binary batches, consumer groups, STREAM.
 
-It answers like the Go broker at ``c436b45`` (standalone mode) plus the newer dialect that the
-PyPI client cursus-client 0.1.1 needs (cursus.md section 9.6).
+It answers in two dialects (``dialect.py``): the older broker's, with what the PyPI client
+cursus-client 0.1.1 needs, and the current broker's (``dialect2026.py``).
 
 Parts: ``codec.py`` (sans-IO framing, text commands, batches, acks; both roles), ``client.py``
 (the in-repo client), ``session.py`` (the connection: dispatch, produce, CONSUME, STREAM),
 ``topics.py`` and ``groups.py`` (the topic and consumer-group commands, mixed into the session),
-``state.py`` (group facts shared by connections), ``gotext.py`` (command words read and written
-as Go does), ``replies.py`` (the CONSUME/STREAM reply frame).
+``dialect.py`` and ``dialect2026.py`` (the reply dialects), ``state.py`` (group facts shared by
+connections), ``gotext.py`` (command words read and written as Go does), ``replies.py`` (the
+CONSUME/STREAM reply frame), ``producers.py`` (durable idempotent-producer state).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
 from gateway.protocols.cursus.codec import COMPRESSIONS
+from gateway.protocols.cursus.dialect import DIALECTS
 
 FETCH_OFFSET_REPLIES = ("ok", "integer")
 
@@ -31,6 +33,11 @@ class CursusListenerConfig(ListenerConfig):
     fetch_offset_reply: str = "ok"
     """FETCH_OFFSET reply format: ``ok`` = ``OK offset=N`` (cursus-client 0.1.1, the newer broker);
     ``integer`` = a plain ``N`` (the April 2026 broker, Java SDK, April Python SDK)."""
+    dialect: str = "auto"
+    """Reply dialect (docs/cursus.md): ``2025`` = the broker the older Go SDK and cursus-client
+    0.1.1 were written against; ``2026`` = the current broker (``OK key=value`` /
+    ``ERROR: token key=value``, generation-fenced group commands); ``auto`` = ``2025`` until a
+    connection sends a command only the current SDK sends, then ``2026`` on that connection."""
     default_partitions: int = 4
     """Partitions of ``CREATE topic=T`` without ``partitions=`` (the broker's default is 4)."""
     session_timeout_ms: int = 10_000
@@ -52,6 +59,8 @@ class CursusListenerConfig(ListenerConfig):
                 f"fetch_offset_reply: got {self.fetch_offset_reply!r}, expected one of "
                 f"{FETCH_OFFSET_REPLIES}"
             )
+        if self.dialect not in DIALECTS:
+            problems.append(f"dialect: got {self.dialect!r}, expected one of {DIALECTS}")
         if not 1 <= self.default_partitions <= 100_000:
             problems.append(
                 f"default_partitions: got {self.default_partitions}, expected 1..100000"
@@ -74,5 +83,5 @@ PROTOCOL = ProtocolSpec(
     "cursus",
     CursusListenerConfig,
     _handle,
-    "Cursus broker protocol (text commands + 0xBA7C binary batches), cursus-client 0.1.1 dialect",
+    "Cursus broker protocol (text commands + 0xBA7C binary batches), both broker dialects",
 )

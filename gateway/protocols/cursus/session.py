@@ -52,6 +52,8 @@ from gateway.protocols.cursus.codec import (
     FrameBuffer,
     RemoteProtocolError,
 )
+from gateway.protocols.cursus.dialect import marks_2026
+from gateway.protocols.cursus.dialect2026 import Commands2026
 from gateway.protocols.cursus.gotext import go_atoi, go_uint, positional
 from gateway.protocols.cursus.groups import GroupCommands
 from gateway.protocols.cursus.replies import build_reply_frame
@@ -140,7 +142,7 @@ class CommonArgs:
 # ---------------------------------------------------------------------------------- session
 
 
-class CursusSession(TopicCommands, GroupCommands):
+class CursusSession(TopicCommands, GroupCommands, Commands2026):
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.core = ctx.core
@@ -166,6 +168,18 @@ class CursusSession(TopicCommands, GroupCommands):
             "METADATA ": self._metadata,
             "FIND_COORDINATOR ": self._find_coordinator,
         }
+        # the commands whose replies differ in the current broker's dialect (dialect.py)
+        self._handlers_2026 = {
+            "CREATE ": self._create_2026,
+            "JOIN_GROUP ": self._join_group_2026,
+            "SYNC_GROUP ": self._sync_group_2026,
+            "LEAVE_GROUP ": self._leave_group_2026,
+            "HEARTBEAT ": self._heartbeat_2026,
+            "COMMIT_OFFSET ": self._commit_offset_2026,
+            "BATCH_COMMIT ": self._batch_commit_2026,
+            "FETCH_OFFSET ": self._fetch_offset_2026,
+        }
+        self.dialect = "2026" if self.cfg.dialect == "2026" else "2025"
 
     # ------------------------------------------------------------------ connection loop
     async def serve(self, stream: trio.abc.Stream) -> None:
@@ -257,6 +271,8 @@ class CursusSession(TopicCommands, GroupCommands):
         return result if isinstance(result, Reply) else Reply(_bytes(result))
 
     async def _command(self, cmd: str, upper: str) -> str | bytes | Reply:
+        if self.dialect == "2025" and self.cfg.dialect == "auto" and marks_2026(upper, cmd):
+            self.dialect = "2026"  # this connection speaks the current SDK from now on
         if upper.startswith("STREAM "):
             self._api = "stream"
             return await self._stream(cmd)
@@ -270,6 +286,11 @@ class CursusSession(TopicCommands, GroupCommands):
             if upper == "LIST_CLUSTER":
                 return "ERROR: distribution not enabled"
             return await self._list()
+        handlers = self._handlers_2026 if self.dialect == "2026" else self._handlers
+        for prefix, handler in handlers.items():
+            if upper.startswith(prefix):
+                self._api = prefix.strip().lower()
+                return await handler(cmd[len(prefix) :])
         for prefix, handler in self._handlers.items():
             if upper.startswith(prefix):
                 self._api = prefix.strip().lower()

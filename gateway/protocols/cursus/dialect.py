@@ -1,0 +1,79 @@
+"""Which reply dialect a Cursus connection gets, and Go's ``%q`` for the newer dialect's errors.
+
+Two broker generations answer the same commands differently:
+
+* ``2025``: the broker the older Go SDK and cursus-client 0.1.1 were written against (human
+  sentences such as ``Topic 'T' now has N partitions``, ``OK`` for a heartbeat), with the additions
+  cursus-client 0.1.1 needs (``OK offset=N``, rebalance tokens).
+* ``2026``: the current broker, whose every reply is ``OK key=value ...`` or
+  ``ERROR: snake_case_token key=value ...``, and whose group commands are fenced by ``generation=``
+  and ``member=``.
+
+With the listener option ``dialect = "auto"`` a connection answers ``2025`` until one of its
+commands carries something only the current SDK sends (see :func:`marks_2026`); from then on the
+connection answers ``2026``. ``dialect = "2025"`` or ``"2026"`` fixes the dialect for every
+connection.
+"""
+
+from __future__ import annotations
+
+from gateway.protocols.cursus.codec import parse_params
+
+DIALECTS = ("auto", "2025", "2026")
+_MARKED = ("CREATE ", "JOIN_GROUP ", "LEAVE_GROUP ", "CONSUME ", "STREAM ")
+
+
+def marks_2026(upper: str, command: str) -> bool:
+    """True when a command (``upper``: the same text upper-cased) is one only the current Go SDK
+    sends:
+
+    * ``CREATE ... idempotent=`` (the current SDK and benchmark publisher always send it; the
+      older SDK and cursus-client 0.1.1 never do);
+    * ``JOIN_GROUP ... generation=`` (a resume, which only the current broker knows);
+    * ``LEAVE_GROUP ... generation=`` (required by the current broker, never sent before);
+    * ``CONSUME``/``STREAM ... batch=`` (the current SDK's poll and stream commands).
+    """
+    if not upper.startswith(_MARKED):
+        return False
+    args = parse_params(command)
+    if upper.startswith("CREATE "):
+        return "idempotent" in args
+    if upper.startswith(("JOIN_GROUP ", "LEAVE_GROUP ")):
+        return bool(args.get("generation"))
+    if upper.startswith(("CONSUME ", "STREAM ")):
+        return "batch" in args
+    return False
+
+
+_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    "\\": "\\\\",
+    '"': '\\"',
+}
+
+
+def go_quote(text: str) -> str:
+    """Go's ``strconv.Quote`` (``%q``) of a string: printable characters as they are, the usual
+    backslash escapes, other control bytes as ``\\xNN`` and other non-printable characters as
+    ``\\uNNNN`` / ``\\UNNNNNNNN``."""
+    out = ['"']
+    for ch in text:
+        esc = _ESCAPES.get(ch)
+        if esc is not None:
+            out.append(esc)
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    out.append('"')
+    return "".join(out)

@@ -1,0 +1,261 @@
+"""Exchanges of the current Cursus broker dialect (``dialect = "2026"``), request and reply byte
+for byte, in the order one scenario sends them.
+
+Every reply was derived by reading the upstream broker's source at commit ``4373c0a`` (the
+function named beside each group; file paths are in that repository). ``{m1}``/``{m2}`` stand
+for the member ids the broker hands out on JOIN_GROUP (the requested id + ``-NNNN``): the replay
+captures them from the JOIN_GROUP reply and substitutes them afterwards. Requests are sent in a
+text envelope with topic ``admin`` (CREATE) or ``""`` (the rest), as the Go SDK does.
+"""
+
+from __future__ import annotations
+
+DEFAULT_POLICY = (
+    "cleanup_policy=delete partitioner=hash_key auth_policy=open read_acl= write_acl= "
+    "retention_hours=0 retention_bytes=0"
+)
+
+# (request, reply)
+SCENARIO: list[tuple[str, str]] = [
+    # pkg/controller/command_handler.go handleCreate, parseTopicPolicy; pkg/topic/policy.go
+    # Policy.Normalize; pkg/topic/metadata.go ValidateName; pkg/topic/manager.go
+    # CreateTopicWithPolicy (an existing topic cannot shrink)
+    (
+        "CREATE topic=orders partitions=2 idempotent=false",
+        f"OK topic=orders partitions=2 {DEFAULT_POLICY}",
+    ),
+    (
+        "CREATE topic=orders partitions=2 idempotent=false",
+        f"OK topic=orders partitions=2 {DEFAULT_POLICY}",
+    ),
+    (
+        "CREATE topic=orders partitions=1 idempotent=false",
+        "ERROR: create_topic_failed topic=orders "
+        "reason=\"cannot decrease partition count for topic 'orders': 2 -> 1\"",
+    ),
+    (
+        "CREATE partitions=2 idempotent=false",
+        'ERROR: missing_topic expected="CREATE topic=<name> [partitions=<N>]"',
+    ),
+    (
+        "CREATE topic=a/b partitions=2 idempotent=false",
+        'ERROR: invalid_topic_name topic="a/b" '
+        'reason="topic name \\"a/b\\" contains unsupported characters"',
+    ),
+    (
+        "CREATE topic=x partitions=0 idempotent=false",
+        'ERROR: invalid_partitions reason="must be a positive integer"',
+    ),
+    (
+        "CREATE topic=x partitions=1 idempotent=false cleanup_policy=bogus",
+        'ERROR: invalid_topic_policy reason="invalid cleanup policy \\"bogus\\""',
+    ),
+    (
+        "CREATE topic=x partitions=1 idempotent=false partitioner=random",
+        'ERROR: invalid_topic_policy reason="invalid partitioner \\"random\\""',
+    ),
+    (
+        "CREATE topic=x partitions=1 idempotent=false retention_hours=z",
+        "ERROR: invalid_retention_hours value=z",
+    ),
+    (
+        "CREATE topic=x partitions=1 idempotent=false replication_factor=0",
+        'ERROR: invalid_replication_factor reason="must be a positive integer"',
+    ),
+    (
+        "CREATE topic=x partitions=3 idempotent=true partitioner=ROUND_ROBIN retention_hours=24",
+        "OK topic=x partitions=3 cleanup_policy=delete partitioner=round_robin auth_policy=open "
+        "read_acl= write_acl= retention_hours=24 retention_bytes=0",
+    ),
+    # handleFetchOffset
+    ("FETCH_OFFSET topic=orders partition=0 group=g1", "ERROR: group_not_found group=g1"),
+    ("FETCH_OFFSET topic=orders partition=0", "ERROR: missing_group command=FETCH_OFFSET"),
+    ("FETCH_OFFSET topic=orders group=g1", "ERROR: missing_partition command=FETCH_OFFSET"),
+    ("FETCH_OFFSET topic=orders partition=z group=g1", "ERROR: invalid_partition"),
+    # handleJoinGroup; pkg/coordinator/rebalancer.go AddConsumer (generation + 1, range)
+    ("JOIN_GROUP topic=orders group=g1", "ERROR: missing_member command=JOIN_GROUP"),
+    ("JOIN_GROUP topic=nope group=g0 member=c1", "ERROR: topic_not_found topic=nope"),
+    (
+        "JOIN_GROUP topic=orders group=g1 member=c1",
+        "OK generation=1 member={m1} assignments=[0 1]",
+    ),
+    (
+        "JOIN_GROUP topic=other group=g1 member=c1",
+        "ERROR: topic_not_assigned_to_group expected=orders actual=other",
+    ),
+    # handleSyncGroup; pkg/coordinator/coordinator.go ResumeConsumer,
+    # validateMemberGenerationLocked
+    (
+        "SYNC_GROUP topic=orders group=g1 member={m1}",
+        "ERROR: missing_generation command=SYNC_GROUP",
+    ),
+    (
+        "SYNC_GROUP topic=orders group=g1 member={m1} generation=x",
+        "ERROR: invalid_generation command=SYNC_GROUP",
+    ),
+    (
+        "SYNC_GROUP topic=orders group=g1 member={m1} generation=1",
+        "OK generation=1 member={m1} assignments=[0 1]",
+    ),
+    (
+        "SYNC_GROUP topic=orders group=g1 member=ghost generation=1",
+        "ERROR: member_not_found member=ghost group=g1",
+    ),
+    # handleHeartbeat; pkg/coordinator/heartbeat.go RecordHeartbeatForGeneration
+    (
+        "HEARTBEAT topic=orders group=g1 member={m1} generation=1",
+        "OK member={m1} generation=1",
+    ),
+    ("HEARTBEAT topic=orders group=g1 member={m1}", "ERROR: missing_generation command=HEARTBEAT"),
+    (
+        "HEARTBEAT topic=orders group=g1 member=ghost generation=1",
+        "ERROR: member_not_found member=ghost group=g1",
+    ),
+    (
+        "HEARTBEAT topic=orders group=nog member=ghost generation=1",
+        "ERROR: group_not_found group=nog",
+    ),
+    # handleFetchOffset (nothing committed: OK offset=0)
+    ("FETCH_OFFSET topic=orders partition=0 group=g1", "OK offset=0"),
+    (
+        "FETCH_OFFSET topic=other partition=0 group=g1",
+        "ERROR: topic_not_assigned_to_group expected=orders actual=other",
+    ),
+    # handleCommitOffset; pkg/coordinator/coordinator.go ValidateOwnershipFailure;
+    # formatCoordinatorError (offset regression)
+    (
+        "COMMIT_OFFSET topic=orders partition=0 group=g1 offset=5 generation=1 member={m1}",
+        "OK",
+    ),
+    ("FETCH_OFFSET topic=orders partition=0 group=g1", "OK offset=5"),
+    (
+        "COMMIT_OFFSET topic=orders partition=0 group=g1 offset=3 generation=1 member={m1}",
+        'ERROR: offset_regression reason="offset regression group=g1 topic=orders partition=0 '
+        'current=5 got=3"',
+    ),
+    (
+        "COMMIT_OFFSET topic=orders partition=0 group=g1 offset=6 generation=0 member={m1}",
+        "ERROR: GEN_MISMATCH current=1 requested=0 group=g1 member={m1}",
+    ),
+    (
+        "COMMIT_OFFSET topic=orders partition=7 group=g1 offset=6 generation=1 member={m1}",
+        "ERROR: NOT_OWNER partition=7 member={m1} group=g1 generation=1",
+    ),
+    (
+        "COMMIT_OFFSET topic=orders partition=0 group=g1 offset=6 generation=1",
+        "ERROR: missing_member command=COMMIT_OFFSET",
+    ),
+    (
+        "COMMIT_OFFSET topic=orders partition=0 group=g1 offset=6 member={m1}",
+        "ERROR: missing_generation command=COMMIT_OFFSET",
+    ),
+    (
+        "COMMIT_OFFSET topic=orders partition=0 group=g1 offset=-1 generation=1 member={m1}",
+        "ERROR: invalid_offset",
+    ),
+    (
+        "COMMIT_OFFSET topic=orders partition=-1 group=g1 offset=1 generation=1 member={m1}",
+        "ERROR: invalid_partition",
+    ),
+    (
+        "COMMIT_OFFSET topic=orders partition=0 offset=1 generation=1 member={m1}",
+        "ERROR: missing_group command=COMMIT_OFFSET",
+    ),
+    (
+        "COMMIT_OFFSET topic=orders partition=0 group=g1 offset=9 generation=1 member={m1} "
+        "validate_only=true",
+        "OK validated=true",
+    ),
+    # handleBatchCommit; pkg/coordinator/coordinator_offset.go ValidateAndCommitOffsetsBulk,
+    # validateOffsetBatchLocked
+    ("BATCH_COMMIT topic=orders group=g1 generation=1 member={m1} P0:6,P1:2", "OK batched=2"),
+    ("FETCH_OFFSET topic=orders partition=1 group=g1", "OK offset=2"),
+    (
+        "BATCH_COMMIT topic=orders group=g1 generation=1 P0:6",
+        "ERROR: missing_member command=BATCH_COMMIT",
+    ),
+    (
+        "BATCH_COMMIT topic=orders group=g1 member={m1} P0:6",
+        "ERROR: missing_generation command=BATCH_COMMIT",
+    ),
+    (
+        "BATCH_COMMIT topic=orders group=g1 generation=one member={m1} P0:6",
+        "ERROR: invalid_generation command=BATCH_COMMIT",
+    ),
+    (
+        "BATCH_COMMIT topic=orders group=g1 generation=1 member={m1} P0:6,P1",
+        'ERROR: invalid_batch_commit_entry entry="P1"',
+    ),
+    (
+        "BATCH_COMMIT topic=orders group=g1 generation=1 member={m1} X0:6",
+        'ERROR: invalid_partition entry="X0:6"',
+    ),
+    (
+        "BATCH_COMMIT topic=orders group=g1 generation=1 member={m1} P0:z",
+        'ERROR: invalid_offset entry="P0:z"',
+    ),
+    (
+        "BATCH_COMMIT topic=orders group=g1 generation=1 member={m1} P5:1",
+        "ERROR: NOT_OWNER partition=5 member={m1} group=g1 generation=1",
+    ),
+    (
+        "BATCH_COMMIT topic=orders group=g1 generation=0 member={m1} P0:7",
+        "ERROR: GEN_MISMATCH current=1 requested=0 group=g1 member={m1}",
+    ),
+    (
+        "BATCH_COMMIT topic=orders group=g1 generation=1 member={m1} P0:7,P0:8",
+        "ERROR: duplicate_partition partition=0 group=g1 topic=orders",
+    ),
+    (
+        "BATCH_COMMIT topic=orders group=g1 generation=1 member={m1} P0:1",
+        'ERROR: offset_regression reason="offset regression for group=g1 topic=orders '
+        'partition=0: current=6 attempted=1"',
+    ),
+    (
+        "BATCH_COMMIT topic=other group=g1 generation=1 member={m1} P0:1",
+        "ERROR: topic_not_assigned_to_group expected=orders actual=other",
+    ),
+    # handleJoinGroup with generation= (ResumeConsumer)
+    (
+        "JOIN_GROUP topic=orders group=g1 member={m1} generation=1",
+        "OK generation=1 member={m1} assignments=[0 1] resumed=true",
+    ),
+    (
+        "JOIN_GROUP topic=orders group=g1 member={m1} generation=0",
+        "ERROR: GEN_MISMATCH current=1 requested=0 group=g1 member={m1}",
+    ),
+    (
+        "JOIN_GROUP topic=orders group=g1 member={m1} generation=x",
+        "ERROR: invalid_generation command=JOIN_GROUP",
+    ),
+    # a second member: AddConsumer rebalances (range over sorted member ids)
+    (
+        "JOIN_GROUP topic=orders group=g1 member=c2",
+        "OK generation=2 member={m2} assignments=[1]",
+    ),
+    (
+        "HEARTBEAT topic=orders group=g1 member={m1} generation=1",
+        "ERROR: GEN_MISMATCH current=2 requested=1 group=g1 member={m1}",
+    ),
+    (
+        "SYNC_GROUP topic=orders group=g1 member={m1} generation=2",
+        "OK generation=2 member={m1} assignments=[0]",
+    ),
+    (
+        "COMMIT_OFFSET topic=orders partition=1 group=g1 offset=9 generation=2 member={m1}",
+        "ERROR: NOT_OWNER partition=1 member={m1} group=g1 generation=2",
+    ),
+    # handleLeaveGroup; RemoveConsumerForGeneration
+    (
+        "LEAVE_GROUP topic=orders group=g1 member={m2}",
+        "ERROR: missing_generation command=LEAVE_GROUP",
+    ),
+    (
+        "LEAVE_GROUP topic=orders group=g1 member={m2} generation=1",
+        "ERROR: GEN_MISMATCH current=2 requested=1 group=g1 member={m2}",
+    ),
+    (
+        "LEAVE_GROUP topic=orders group=g1 member={m2} generation=2",
+        "OK group=g1 member={m2} left=true",
+    ),
+]
