@@ -356,20 +356,25 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
         record = codec.message_to_record(msg, now_us())
         idem = idempotent or info.get(H_IDEMPOTENT) == "true"
         try:
-            result = await self.core.execute(
-                Produce(
+            if idem:
+                cmd = Produce(
                     topic,
                     RecordBatch([record]),
-                    partition=partition_for_key(producer_id.encode(), info.partitions)
-                    if idem
-                    else None,
-                    partitioning=Partitioning.ROUND_ROBIN,
+                    partition=partition_for_key(producer_id.encode(), info.partitions),
                     acks=ACKS[acks.lower()],
-                    producer_id=producer_id if idem else None,
-                    producer_epoch=epoch,
-                    sequence=seq if idem else None,
                 )
-            )
+                result = await self.state.producers.produce(
+                    self.core, cmd, producer_id, epoch, seq, 1
+                )
+            else:
+                result = await self.core.execute(
+                    Produce(
+                        topic,
+                        RecordBatch([record]),
+                        partitioning=Partitioning.ROUND_ROBIN,
+                        acks=ACKS[acks.lower()],
+                    )
+                )
         except GatewayError as exc:
             return codec.encode_ack(Ack("ERROR", error=_idempotence_error(exc)))
         labelled(RECORDS_IN, PROTOCOL).inc()
@@ -409,18 +414,14 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
         seq_end, producer_id, epoch = codec.message_ids(batch.body, batch.starts[-1])
         pid = producer_id.decode("utf-8", "replace")
         idem = (batch.idempotent or info.get(H_IDEMPOTENT) == "true") and bool(pid)
+        cmd = Produce(batch.topic, records, partition=batch.partition, acks=mode)
         try:
-            result = await self.core.execute(
-                Produce(
-                    batch.topic,
-                    records,
-                    partition=batch.partition,
-                    acks=mode,
-                    producer_id=pid if idem else None,
-                    producer_epoch=epoch,
-                    sequence=seq_start if idem else None,
+            if idem:
+                result = await self.state.producers.produce(
+                    self.core, cmd, pid, epoch, seq_start, batch.count
                 )
-            )
+            else:
+                result = await self.core.execute(cmd)
             last_offset = result.last_offset
         except GatewayError as exc:
             if exc.code is not ErrorCode.DUPLICATE_SEQUENCE:

@@ -1,0 +1,153 @@
+"""Idempotent Cursus producers whose de-duplication state survives a gateway restart.
+
+For each (topic, partition, producer id) the gateway keeps the producer's epoch, the first and
+last sequence of the last batch it appended and the offsets that batch got. The state lives in
+the topic's backend key-value store (namespace ``cursus.producers``, one small JSON value per
+key) with an in-memory cache in front, so a retry sent after a restart (or a crash) is still
+answered as a duplicate instead of being stored twice.
+
+Order of a produce: check the state, append, write the new state to the store, and only then
+acknowledge. So every acknowledged batch has its state on disk before the client sees the ack; a
+retry of it is never appended again and a later batch is never mistaken for it. The one window
+left is a crash between the append and the state write: the client got no acknowledgement and
+its retry is stored a second time (the store and the log are not written as one unit).
+
+One producer's appends to one partition go one at a time (a lock per key), so a retry racing the
+original on a second connection waits for it and is answered as a duplicate. Backends without a
+key-value store keep the state in memory only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import structlog
+import trio
+
+from gateway.model import AppendResult, ErrorCode, GatewayError, Produce, ProduceResult
+
+NS = "cursus.producers"
+CACHE_ENTRIES = 4096
+"""Producer states kept in memory (least recently used dropped first; the store keeps them)."""
+
+log = structlog.get_logger("gateway.protocols.cursus")
+
+
+@dataclass
+class ProducerState:
+    epoch: int
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+
+
+def state_key(topic: str, partition: int, producer_id: str) -> str:
+    return f"{len(topic)}:{topic}/{partition}/{producer_id}"
+
+
+class DurableProducers:
+    """The producer states of one core (shared by its Cursus connections)."""
+
+    def __init__(self) -> None:
+        self._cache: OrderedDict[str, ProducerState | None] = OrderedDict()
+        self._locks: dict[str, trio.Lock] = {}
+        self._memory_only: set[str] = set()  # backends without a key-value store
+
+    async def produce(
+        self, core: Any, cmd: Produce, producer_id: str, epoch: int, first_seq: int, count: int
+    ) -> ProduceResult:
+        """Append ``cmd`` (an explicit partition, no producer fields) for an idempotent
+        producer whose batch holds sequences ``first_seq .. first_seq + count - 1``."""
+        assert cmd.partition is not None
+        key = state_key(cmd.topic, cmd.partition, producer_id)
+        lock = self._locks.setdefault(key, trio.Lock())
+        try:
+            async with lock:
+                result = await self._locked(core, cmd, key, producer_id, epoch, first_seq, count)
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._locks.pop(key, None)
+        return ProduceResult(cmd.topic, (result,))
+
+    async def _locked(
+        self,
+        core: Any,
+        cmd: Produce,
+        key: str,
+        producer_id: str,
+        epoch: int,
+        first_seq: int,
+        count: int,
+    ) -> AppendResult:
+        backend = core.router.backend_for(cmd.topic)
+        state = await self._load(backend, key)
+        if state is not None and epoch == state.epoch:
+            if first_seq == state.first_seq:
+                return AppendResult(
+                    cmd.partition, state.base_offset, state.last_offset, duplicate=True
+                )
+            if first_seq <= state.last_seq:
+                raise GatewayError(
+                    ErrorCode.DUPLICATE_SEQUENCE,
+                    f"sequence {first_seq} of producer {producer_id} was already written",
+                )
+            if first_seq != state.last_seq + 1:
+                raise GatewayError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE,
+                    f"producer {producer_id} sent sequence {first_seq}, "
+                    f"expected {state.last_seq + 1}",
+                )
+        elif state is not None and epoch < state.epoch:
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST, f"producer {producer_id} epoch {epoch} is fenced"
+            )
+        result = (await core.execute(cmd)).appends[0]
+        new = ProducerState(
+            epoch, first_seq, first_seq + count - 1, result.base_offset, result.last_offset
+        )
+        self._remember(key, new)
+        await self._store(backend, key, new)
+        return result
+
+    def _remember(self, key: str, state: ProducerState | None) -> None:
+        self._cache[key] = state
+        self._cache.move_to_end(key)
+        while len(self._cache) > CACHE_ENTRIES:
+            self._cache.popitem(last=False)
+
+    async def _load(self, backend: Any, key: str) -> ProducerState | None:
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        state = None
+        if backend.name not in self._memory_only:
+            try:
+                raw = await backend.kv_get(NS, key)
+            except GatewayError as exc:
+                if exc.code is not ErrorCode.UNSUPPORTED:
+                    raise
+                self._no_store(backend)
+                raw = None
+            if raw is not None:
+                state = ProducerState(**json.loads(raw))
+        self._remember(key, state)
+        return state
+
+    async def _store(self, backend: Any, key: str, state: ProducerState) -> None:
+        if backend.name in self._memory_only:
+            return
+        try:
+            await backend.kv_put(NS, key, json.dumps(asdict(state)).encode())
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNSUPPORTED:
+                raise
+            self._no_store(backend)
+
+    def _no_store(self, backend: Any) -> None:
+        self._memory_only.add(backend.name)
+        log.warning("idempotent_state_in_memory", backend=backend.name,
+                    reason="the backend has no key-value store")  # fmt: skip

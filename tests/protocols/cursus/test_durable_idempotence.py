@@ -1,0 +1,63 @@
+"""Idempotent Cursus producers across a gateway crash: a real gateway subprocess on the embedded
+backend is killed with SIGKILL after acknowledging a batch, restarted on the same data, and the
+producer's retry of that batch is answered as a duplicate, not stored a second time."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.protocols.cursus.client import CursusClient
+from gateway.protocols.cursus.codec import Ack, Message
+from tests.support import GatewayProcess
+
+
+def batch(seqs: range, epoch: int = 7) -> list[Message]:
+    return [
+        Message(seq=s, producer_id=b"py-durable", epoch=epoch, payload=b"m%d" % s) for s in seqs
+    ]
+
+
+async def stored(c: CursusClient) -> int:
+    return json.loads(await c.text("DESCRIBE topic=orders"))["partitions"][0]["hwm"]
+
+
+async def test_a_retry_after_a_crash_is_not_stored_twice(tmp_path):
+    gw = GatewayProcess(tmp_path, listeners={"cursus": {}}, backend="embedded").start()
+    try:
+        async with await CursusClient.connect(*gw.address("cursus")) as c:
+            await c.text("CREATE topic=orders partitions=1", "admin")
+            first = await c.produce("orders", 0, batch(range(1, 4)), idempotent=True)
+            assert isinstance(first, Ack) and first.status == "OK", first
+            assert (first.last_offset, first.seq_start, first.seq_end) == (2, 1, 3)
+        gw.kill()  # SIGKILL: no clean shutdown, nothing flushed by the gateway on the way out
+        gw = GatewayProcess(tmp_path, listeners={"cursus": {}}, backend="embedded").start()
+        async with await CursusClient.connect(*gw.address("cursus")) as c:
+            retry = await c.produce("orders", 0, batch(range(1, 4)), idempotent=True)
+            assert isinstance(retry, Ack) and retry.status == "OK", retry
+            assert retry.last_offset == 2  # the offsets the original got
+            assert await stored(c) == 3  # exactly once
+            older = await c.produce("orders", 0, batch(range(2, 3)), idempotent=True)
+            assert isinstance(older, Ack) and older.status == "OK" and older.last_offset == 0
+            assert await stored(c) == 3
+            gap = await c.produce("orders", 0, batch(range(9, 10)), idempotent=True)
+            assert isinstance(gap, Ack) and gap.status == "ERROR"
+            assert gap.error.startswith("idempotency_gap:"), gap
+            fenced = await c.produce("orders", 0, batch(range(4, 5), epoch=6), idempotent=True)
+            assert isinstance(fenced, Ack) and fenced.error.startswith("stale_producer_epoch:")
+            nxt = await c.produce("orders", 0, batch(range(4, 6)), idempotent=True)
+            assert isinstance(nxt, Ack) and nxt.status == "OK" and nxt.last_offset == 4, nxt
+            assert await stored(c) == 5
+            # PUBLISH (one text record) shares the state: a retry of its sequence is refused
+            await c.text("CREATE topic=one partitions=1 idempotent=true", "")
+            pub = "PUBLISH topic=one acks=1 producerId=pp seqNum=1 epoch=1 message=hello"
+            assert json.loads(await c.text(pub))["last_offset"] == 0
+        gw.kill()
+        gw = GatewayProcess(tmp_path, listeners={"cursus": {}}, backend="embedded").start()
+        async with await CursusClient.connect(*gw.address("cursus")) as c:
+            again = json.loads(await c.text(pub))
+            assert (again["status"], again["last_offset"]) == ("OK", 0)
+            desc = json.loads(await c.text("DESCRIBE topic=one"))
+            assert desc["partitions"][0]["hwm"] == 1
+            assert await stored(c) == 5
+    finally:
+        gw.stop()
