@@ -42,6 +42,7 @@ from gateway.observability import (
     REQUEST_LATENCY,
     REQUESTS,
     labelled,
+    limit_hit,
     protocol_error,
 )
 from gateway.protocols.cursus import codec
@@ -56,7 +57,7 @@ from gateway.protocols.cursus.dialect import marks_2026
 from gateway.protocols.cursus.dialect2026 import Commands2026
 from gateway.protocols.cursus.gotext import go_atoi, go_uint, positional
 from gateway.protocols.cursus.groups import GroupCommands
-from gateway.protocols.cursus.replies import build_reply_frame
+from gateway.protocols.cursus.replies import ReplyFrame, build_reply_frame
 from gateway.protocols.cursus.state import DEFAULT_GROUP, state_for
 from gateway.protocols.cursus.topics import H_IDEMPOTENT, TopicCommands
 from gateway.streams import ConnectionTimeout
@@ -64,7 +65,6 @@ from gateway.streams import ConnectionTimeout
 PROTOCOL = "cursus"
 RECV_BYTES = 1 << 18
 DEFAULT_MAX_POLL_RECORDS = 8192
-MAX_REPLY_BYTES = 32 << 20
 
 MALFORMED = "ERROR: malformed input - missing topic or payload"
 
@@ -488,7 +488,7 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
                 a.partition,
                 offset,
                 max_records=a.batch,
-                max_bytes=min(MAX_REPLY_BYTES, self.cfg.max_frame_bytes),
+                max_bytes=self.cfg.max_answer_bytes,
                 max_wait_ms=wait_ms,
             )
         )
@@ -526,10 +526,18 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
                 rng = await self._out_of_range(a.topic, a.partition, a.offset)
                 return f"ERROR: OFFSET_OUT_OF_RANGE {rng}"
             raise
-        n = result.count
-        if n:
-            labelled(RECORDS_OUT, PROTOCOL).inc(n)
-        return Reply(build_reply_frame(a.topic, a.partition, result.batches), framed=True)
+        reply = self._reply_frame(a.topic, a.partition, result)
+        if reply.count:
+            labelled(RECORDS_OUT, PROTOCOL).inc(reply.count)
+        return Reply(reply.frame, framed=True)
+
+    def _reply_frame(self, topic: str, partition: int, result: FetchResult) -> ReplyFrame:
+        """The reply batch, cut at ``max_answer_bytes`` (the rest is read by the next request)."""
+        reply = build_reply_frame(topic, partition, result.batches, self.cfg.max_answer_bytes)
+        if reply.capped:
+            limit_hit("max_answer_bytes", PROTOCOL, self.log, topic=topic, partition=partition,
+                      max_answer_bytes=self.cfg.max_answer_bytes)  # fmt: skip
+        return reply
 
     async def _stream(self, cmd: str) -> str | Reply:
         args = codec.parse_params(cmd[7:])
@@ -618,12 +626,12 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
                     return "offset_out_of_range"
                 await stream.send_all(codec.frame(_control("CLOSE", "error", spec.offset)))
                 return "error"
-            if result.count:
-                out = build_reply_frame(spec.topic, spec.partition, result.batches)
-                await stream.send_all(out)
-                bytes_out.inc(len(out))
-                records_out.inc(result.count)
-                spec.offset = result.batches[-1].last_offset + 1
+            reply = self._reply_frame(spec.topic, spec.partition, result) if result.count else None
+            if reply is not None and reply.count:
+                await stream.send_all(reply.frame)
+                bytes_out.inc(len(reply.frame))
+                records_out.inc(reply.count)
+                spec.offset = reply.last_offset + 1
                 next_keepalive = trio.current_time() + keepalive
             now = trio.current_time()
             if now >= next_keepalive:
