@@ -52,6 +52,14 @@ def _text_error(text: str, what: str) -> GatewayError:
     return GatewayError(code, f"{what}: Cursus answered {text[:200]!r}")
 
 
+def _created(reply: str, partitions: int) -> bool:
+    """A CREATE reply saying the topic has ``partitions`` partitions, in either broker dialect:
+    ``Topic 'T' now has N partitions`` or ``OK topic=T partitions=N ...``."""
+    if reply.startswith("OK "):
+        return f"partitions={partitions}" in reply.split()
+    return f"now has {partitions} partitions" in reply
+
+
 class CursusUpstream(UpstreamBackend):
     protocol = "cursus"
     protocol_errors = (codec.RemoteProtocolError,)
@@ -94,7 +102,7 @@ class CursusUpstream(UpstreamBackend):
         if name in {t.name for t in await self.list_topics()}:
             raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
         reply = await self._text(f"CREATE topic={self.up(name)} partitions={partitions}", False)
-        if "now has" not in reply:
+        if not _created(reply, partitions):
             raise _text_error(reply, f"CREATE {name}")
         self._topic_config[name] = tuple(config)
         self._members.pop(name, None)
@@ -124,7 +132,7 @@ class CursusUpstream(UpstreamBackend):
         current = len(await self._describe(name))
         total = current + count
         reply = await self._text(f"CREATE topic={self.up(name)} partitions={total}", False)
-        if f"now has {total} partitions" not in reply:
+        if not _created(reply, total):
             raise _text_error(reply, f"CREATE {name} partitions={total}")
         self._members.pop(name, None)  # the group must see the new partitions
         return self.info(name, total)
