@@ -1,4 +1,6 @@
-"""The commands whose replies differ in the current broker's dialect (``dialect = "2026"``).
+"""The commands whose replies differ in the current broker's dialect (``dialect = "2026"``):
+CREATE, DELETE, REGISTER_GROUP, JOIN_GROUP, SYNC_GROUP, LEAVE_GROUP, HEARTBEAT, COMMIT_OFFSET,
+BATCH_COMMIT and FETCH_OFFSET.
 
 Each handler answers as the current upstream broker's command handlers do in standalone mode:
 ``OK key=value ...`` on success, ``ERROR: snake_case_token key=value ...`` on failure, checks in
@@ -19,6 +21,7 @@ from gateway.model import (
     CommitOffset,
     CreatePartitions,
     CreateTopic,
+    DeleteTopic,
     ErrorCode,
     FetchOffset,
     GatewayError,
@@ -134,9 +137,9 @@ def _missing(what: str, command: str) -> str:
 
 
 class Commands2026:
-    """CREATE, JOIN_GROUP, SYNC_GROUP, LEAVE_GROUP, HEARTBEAT, COMMIT_OFFSET, BATCH_COMMIT and
-    FETCH_OFFSET in the current broker's dialect. The session provides the attributes below and
-    the group look-ups of :class:`~gateway.protocols.cursus.groups.GroupCommands`."""
+    """The topic and group commands in the current broker's dialect. The session provides the
+    attributes below and the group look-ups of
+    :class:`~gateway.protocols.cursus.groups.GroupCommands`."""
 
     core: Any
     cfg: Any
@@ -225,6 +228,46 @@ class Commands2026:
             grow = CreatePartitions(topic, partitions - existing.partitions)
             return await self.core.execute(grow)
         return existing
+
+    async def _delete_2026(self, args_text: str) -> str:
+        topic = codec.parse_params(args_text).get("topic", "")
+        if not topic:
+            return 'ERROR: missing_topic expected="DELETE topic=<name>"'
+        reason = topic_name_error(topic)
+        if reason:
+            return f"ERROR: invalid_topic_name topic={go_quote(topic)} reason={go_quote(reason)}"
+        try:
+            await self.core.execute(DeleteTopic(topic))
+        except GatewayError as exc:
+            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+                return f"ERROR: topic_not_found topic={topic}"
+            return f"ERROR: delete_topic_failed topic={topic} reason={go_quote(exc.message)}"
+        return f"OK topic={topic} deleted=true"
+
+    async def _register_group_2026(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        if not args.get("topic"):
+            return _missing("topic", "REGISTER_GROUP")
+        if not args.get("group"):
+            return _missing("group", "REGISTER_GROUP")
+        topic, group = args["topic"], args["group"]
+        info = await self._topic(topic)
+        if info is None:
+            return f"ERROR: topic_not_found topic={topic}"
+        binding = await self._group_binding(group)
+        if binding is None:
+            binding = self.state.groups.setdefault(group, GroupBinding(topic, info.partitions))
+        reason = ""
+        if binding.topic != topic:
+            reason = f"topic mismatch (existing: {binding.topic}, requested: {topic})"
+        elif binding.partitions != info.partitions:
+            reason = (
+                f"partition count mismatch (existing: {binding.partitions}, "
+                f"requested: {info.partitions})"
+            )
+        if reason:
+            return f"ERROR: register_group_failed reason={go_quote(reason)}"
+        return f"OK group={group} topic={topic} registered=true"
 
     # ------------------------------------------------------------------ group checks
     async def _offset_topic_error(self, group: str, topic: str) -> str:

@@ -171,6 +171,8 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
         # the commands whose replies differ in the current broker's dialect (dialect.py)
         self._handlers_2026 = {
             "CREATE ": self._create_2026,
+            "DELETE ": self._delete_2026,
+            "REGISTER_GROUP ": self._register_group_2026,
             "JOIN_GROUP ": self._join_group_2026,
             "SYNC_GROUP ": self._sync_group_2026,
             "LEAVE_GROUP ": self._leave_group_2026,

@@ -67,6 +67,20 @@ SCENARIO: list[tuple[str, str]] = [
         "OK topic=x partitions=3 cleanup_policy=delete partitioner=round_robin auth_policy=open "
         "read_acl= write_acl= retention_hours=24 retention_bytes=0",
     ),
+    # handleDelete
+    ("DELETE topic=x", "OK topic=x deleted=true"),
+    ("DELETE topic=x", "ERROR: topic_not_found topic=x"),
+    (
+        "DELETE topic=a/b",
+        'ERROR: invalid_topic_name topic="a/b" '
+        'reason="topic name \\"a/b\\" contains unsupported characters"',
+    ),
+    ("DELETE x=1", 'ERROR: missing_topic expected="DELETE topic=<name>"'),
+    # handleRegisterGroup; pkg/coordinator/rebalancer.go RegisterGroup
+    ("REGISTER_GROUP topic=orders group=g9", "OK group=g9 topic=orders registered=true"),
+    ("REGISTER_GROUP topic=orders group=g9", "OK group=g9 topic=orders registered=true"),
+    ("REGISTER_GROUP topic=orders", "ERROR: missing_group command=REGISTER_GROUP"),
+    ("REGISTER_GROUP topic=nope group=g9", "ERROR: topic_not_found topic=nope"),
     # handleFetchOffset
     ("FETCH_OFFSET topic=orders partition=0 group=g1", "ERROR: group_not_found group=g1"),
     ("FETCH_OFFSET topic=orders partition=0", "ERROR: missing_group command=FETCH_OFFSET"),
