@@ -43,6 +43,9 @@ class CursusListenerConfig(ListenerConfig):
     session_timeout_ms: int = 10_000
     """A group member without a heartbeat (HEARTBEAT, CONSUME) for this long is removed and the
     group rebalances (the broker's ``consumer-session-timeout`` default)."""
+    max_idempotent_producers: int = 100_000
+    """Idempotent-producer states kept (per topic, partition and producer id, in the backend's
+    key-value store); past it the state written longest ago is dropped."""
     stream_keepalive_ms: int = 5_000
     """STREAM sends an empty frame after this much silence."""
     stream_commit_interval_ms: int = 5_000
@@ -65,7 +68,8 @@ class CursusListenerConfig(ListenerConfig):
             problems.append(
                 f"default_partitions: got {self.default_partitions}, expected 1..100000"
             )
-        for name in ("session_timeout_ms", "stream_keepalive_ms", "stream_commit_interval_ms"):
+        for name in ("session_timeout_ms", "stream_keepalive_ms", "stream_commit_interval_ms",
+                     "max_idempotent_producers"):  # fmt: skip
             if getattr(self, name) <= 0:
                 problems.append(f"{name}: got {getattr(self, name)}, expected a positive integer")
         if not 1 <= self.max_frame_bytes <= 0xFFFFFFFF:

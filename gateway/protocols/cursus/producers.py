@@ -15,11 +15,17 @@ its retry is stored a second time (the store and the log are not written as one 
 One producer's appends to one partition go one at a time (a lock per key), so a retry racing the
 original on a second connection waits for it and is answered as a duplicate. Backends without a
 key-value store keep the state in memory only.
+
+Every client can invent producer ids, so their number is bounded (``max_idempotent_producers``):
+past it the state written longest ago is dropped (from the store too), as Kafka expires producer
+ids; a retry of a dropped producer's last batch would then be stored again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,10 +34,9 @@ import structlog
 import trio
 
 from gateway.model import AppendResult, ErrorCode, GatewayError, Produce, ProduceResult
+from gateway.observability import limit_hit
 
 NS = "cursus.producers"
-CACHE_ENTRIES = 4096
-"""Producer states kept in memory (least recently used dropped first; the store keeps them)."""
 
 log = structlog.get_logger("gateway.protocols.cursus")
 
@@ -43,26 +48,41 @@ class ProducerState:
     last_seq: int
     base_offset: int
     last_offset: int
+    at: float = 0.0  # wall time of the write (the oldest are dropped first)
 
 
 def state_key(topic: str, partition: int, producer_id: str) -> str:
-    return f"{len(topic)}:{topic}/{partition}/{producer_id}"
+    """The store key: the producer id hashed, so every key has the same small size whatever
+    the client sends (a Cursus producer id may be 64 KiB)."""
+    digest = hashlib.blake2b(producer_id.encode(), digest_size=16).hexdigest()
+    return f"{len(topic)}:{topic}/{partition}/{digest}"
 
 
 class DurableProducers:
     """The producer states of one core (shared by its Cursus connections)."""
 
     def __init__(self) -> None:
-        self._cache: OrderedDict[str, ProducerState | None] = OrderedDict()
+        # the states in use: only keys of the index (so bounded with it), misses are not cached
+        self._cache: dict[str, ProducerState] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._memory_only: set[str] = set()  # backends without a key-value store
+        self._index: OrderedDict[str, Any] | None = None  # every stored key -> its backend
+        self._index_lock = trio.Lock()
 
     async def produce(
-        self, core: Any, cmd: Produce, producer_id: str, epoch: int, first_seq: int, count: int
+        self,
+        core: Any,
+        cmd: Produce,
+        producer_id: str,
+        epoch: int,
+        first_seq: int,
+        count: int,
+        max_producers: int,
     ) -> ProduceResult:
         """Append ``cmd`` (an explicit partition, no producer fields) for an idempotent
         producer whose batch holds sequences ``first_seq .. first_seq + count - 1``."""
         assert cmd.partition is not None
+        await self._load_index(core, max_producers)
         key = state_key(cmd.topic, cmd.partition, producer_id)
         lock = self._locks.setdefault(key, trio.Lock())
         try:
@@ -71,6 +91,7 @@ class DurableProducers:
         finally:
             if not lock.locked() and not lock.statistics().tasks_waiting:
                 self._locks.pop(key, None)
+        await self._bound(max_producers)
         return ProduceResult(cmd.topic, (result,))
 
     async def _locked(
@@ -107,23 +128,65 @@ class DurableProducers:
             )
         result = (await core.execute(cmd)).appends[0]
         new = ProducerState(
-            epoch, first_seq, first_seq + count - 1, result.base_offset, result.last_offset
+            epoch,
+            first_seq,
+            first_seq + count - 1,
+            result.base_offset,
+            result.last_offset,
+            time.time(),
         )
         self._remember(key, new)
+        assert self._index is not None
+        self._index[key] = backend
+        self._index.move_to_end(key)
         await self._store(backend, key, new)
         return result
 
-    def _remember(self, key: str, state: ProducerState | None) -> None:
+    # ------------------------------------------------------------------ the bound
+    async def _load_index(self, core: Any, max_producers: int) -> None:
+        """Once per core: the keys already in the stores, oldest write first."""
+        if self._index is not None:
+            return
+        async with self._index_lock:
+            if self._index is not None:
+                return
+            found: list[tuple[float, str, Any]] = []
+            for backend in core.router.backends.values():
+                try:
+                    rows = await backend.kv_scan(NS, "")
+                except GatewayError as exc:
+                    if exc.code is not ErrorCode.UNSUPPORTED:
+                        raise
+                    self._no_store(backend)
+                    continue
+                for key, raw in rows:
+                    found.append((json.loads(raw).get("at", 0.0), key, backend))
+            found.sort(key=lambda row: row[0])
+            self._index = OrderedDict((key, backend) for _, key, backend in found)
+        await self._bound(max_producers)
+
+    async def _bound(self, max_producers: int) -> None:
+        assert self._index is not None
+        while len(self._index) > max_producers:
+            key, backend = self._index.popitem(last=False)
+            if key in self._locks:  # in use right now: keep it, drop the next oldest
+                self._index[key] = backend
+                if len(self._locks) >= len(self._index):
+                    return
+                continue
+            self._cache.pop(key, None)
+            limit_hit("max_idempotent_producers", "cursus", log, max=max_producers)
+            if backend.name not in self._memory_only:
+                await backend.kv_delete(NS, key)
+
+    # ------------------------------------------------------------------ store and cache
+    def _remember(self, key: str, state: ProducerState) -> None:
         self._cache[key] = state
-        self._cache.move_to_end(key)
-        while len(self._cache) > CACHE_ENTRIES:
-            self._cache.popitem(last=False)
 
     async def _load(self, backend: Any, key: str) -> ProducerState | None:
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        state = None
+        state = self._cache.get(key)
+        if state is not None:
+            return state
         if backend.name not in self._memory_only:
             try:
                 raw = await backend.kv_get(NS, key)
@@ -134,7 +197,7 @@ class DurableProducers:
                 raw = None
             if raw is not None:
                 state = ProducerState(**json.loads(raw))
-        self._remember(key, state)
+                self._remember(key, state)
         return state
 
     async def _store(self, backend: Any, key: str, state: ProducerState) -> None:
@@ -148,6 +211,7 @@ class DurableProducers:
             self._no_store(backend)
 
     def _no_store(self, backend: Any) -> None:
-        self._memory_only.add(backend.name)
-        log.warning("idempotent_state_in_memory", backend=backend.name,
-                    reason="the backend has no key-value store")  # fmt: skip
+        if backend.name not in self._memory_only:
+            self._memory_only.add(backend.name)
+            log.warning("idempotent_state_in_memory", backend=backend.name,
+                        reason="the backend has no key-value store")  # fmt: skip

@@ -366,7 +366,7 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
                     acks=ACKS[acks.lower()],
                 )
                 result = await self.state.producers.produce(
-                    self.core, cmd, producer_id, epoch, seq, 1
+                    self.core, cmd, producer_id, epoch, seq, 1, self.cfg.max_idempotent_producers
                 )
             else:
                 result = await self.core.execute(
@@ -420,8 +420,9 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
         try:
             if idem:
                 result = await self.state.producers.produce(
-                    self.core, cmd, pid, epoch, seq_start, batch.count
-                )
+                    self.core, cmd, pid, epoch, seq_start, batch.count,
+                    self.cfg.max_idempotent_producers,
+                )  # fmt: skip
             else:
                 result = await self.core.execute(cmd)
             last_offset = result.last_offset

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+from gateway.observability import LIMIT_HITS
 from gateway.protocols.cursus.client import CursusClient
 from gateway.protocols.cursus.codec import Ack, Message
 from tests.support import GatewayProcess
+
+from .conftest import cursus_gateway
 
 
 def batch(seqs: range, epoch: int = 7) -> list[Message]:
@@ -61,3 +64,30 @@ async def test_a_retry_after_a_crash_is_not_stored_twice(tmp_path):
             assert await stored(c) == 5
     finally:
         gw.stop()
+
+
+async def test_the_number_of_producer_states_is_bounded(tmp_path):
+    """``max_idempotent_producers``: past it the state written longest ago is dropped (counted in
+    gateway_limit_hits_total), so that producer's retry is stored again, while the producers
+    still tracked are de-duplicated."""
+    counter = LIMIT_HITS.labels("max_idempotent_producers", "cursus")
+    before = counter._value.get()
+    async with cursus_gateway(tmp_path, max_idempotent_producers=2) as addr:
+        async with await CursusClient.connect(*addr) as c:
+            await c.text("CREATE topic=orders partitions=1", "admin")
+
+            async def send(pid: bytes) -> Ack:
+                msgs = [Message(seq=1, producer_id=pid, epoch=1, payload=pid)]
+                ack = await c.produce("orders", 0, msgs, idempotent=True)
+                assert isinstance(ack, Ack) and ack.status == "OK", ack
+                return ack
+
+            for pid in (b"p1", b"p2", b"p3"):
+                await send(pid)
+            assert counter._value.get() == before + 1  # p1 dropped
+            assert (await send(b"p3")).last_offset == 2  # still tracked: a duplicate
+            assert (await send(b"p2")).last_offset == 1
+            assert await stored(c) == 3
+            assert (await send(b"p1")).last_offset == 3  # dropped: stored again
+            assert await stored(c) == 4
+            assert counter._value.get() == before + 2  # and p2 (written longest ago) went
