@@ -20,7 +20,7 @@ from __future__ import annotations
 from gateway.protocols.cursus.codec import parse_params
 
 DIALECTS = ("auto", "2025", "2026")
-_MARKED = ("CREATE ", "JOIN_GROUP ", "LEAVE_GROUP ", "CONSUME ", "STREAM ")
+_MARKED = ("CREATE ", "JOIN_GROUP ", "LEAVE_GROUP ")
 
 
 def marks_2026(upper: str, command: str) -> bool:
@@ -30,19 +30,17 @@ def marks_2026(upper: str, command: str) -> bool:
     * ``CREATE ... idempotent=`` (the current SDK and benchmark publisher always send it; the
       older SDK and cursus-client 0.1.1 never do);
     * ``JOIN_GROUP ... generation=`` (a resume, which only the current broker knows);
-    * ``LEAVE_GROUP ... generation=`` (required by the current broker, never sent before);
-    * ``CONSUME``/``STREAM ... batch=`` (the current SDK's poll and stream commands).
+    * ``LEAVE_GROUP ... generation=`` (required by the current broker, never sent before).
+
+    ``batch=`` on CONSUME/STREAM is not a sign: the older broker took it too, and clients of the
+    older dialect (this gateway's own upstream backend among them) send it.
     """
     if not upper.startswith(_MARKED):
         return False
     args = parse_params(command)
     if upper.startswith("CREATE "):
         return "idempotent" in args
-    if upper.startswith(("JOIN_GROUP ", "LEAVE_GROUP ")):
-        return bool(args.get("generation"))
-    if upper.startswith(("CONSUME ", "STREAM ")):
-        return "batch" in args
-    return False
+    return bool(args.get("generation"))  # JOIN_GROUP, LEAVE_GROUP
 
 
 _ESCAPES = {

@@ -100,7 +100,7 @@ def test_markers_and_go_quote():
     assert not marks_2026("CREATE TOPIC=T PARTITIONS=2", "CREATE topic=t partitions=2")
     assert marks_2026("LEAVE_GROUP T", "LEAVE_GROUP topic=t group=g member=m generation=3")
     assert not marks_2026("LEAVE_GROUP T", "LEAVE_GROUP topic=t group=g member=m")
-    assert marks_2026("CONSUME T", "CONSUME topic=t partition=0 offset=0 member=m batch=10")
+    assert not marks_2026("CONSUME T", "CONSUME topic=t partition=0 offset=0 member=m batch=10")
     assert not marks_2026("HEARTBEAT T", "HEARTBEAT topic=t group=g member=m generation=1")
     assert go_quote('a"b\\c\n\x01é') == '"a\\"b\\\\c\\n\\x01é"'
 
