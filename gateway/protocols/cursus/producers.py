@@ -1,16 +1,17 @@
-"""Idempotent Cursus producers whose de-duplication state survives a gateway restart.
+"""Idempotent Cursus producers whose de-duplication state survives a gateway restart or crash.
 
-For each (topic, partition, producer id) the gateway keeps the producer's epoch, the first and
-last sequence of the last batch it appended and the offsets that batch got. The state lives in
-the topic's backend key-value store (namespace ``cursus.producers``, one small JSON value per
-key) with an in-memory cache in front, so a retry sent after a restart (or a crash) is still
-answered as a duplicate instead of being stored twice.
+For each (topic, partition, producer id) the gateway keeps the producer's epoch and the first and
+last sequence of its last batch. The state lives in the topic's backend key-value store
+(namespace ``cursus.producers``, one small JSON value per key) with an in-memory copy, so a retry
+sent after a restart is still answered as a duplicate instead of being stored twice.
 
-Order of a produce: check the state, append, write the new state to the store, and only then
-acknowledge. So every acknowledged batch has its state on disk before the client sees the ack; a
-retry of it is never appended again and a later batch is never mistaken for it. The one window
-left is a crash between the append and the state write: the client got no acknowledgement and
-its retry is stored a second time (the store and the log are not written as one unit).
+Order of a produce: check the state, write the new state to the store *with the partition's high
+watermark before the append* (the ``floor``: the batch can only land at or after it), append, and
+only then acknowledge. A crash can therefore leave a state whose batch never landed, never a
+landed batch without its state. After a restart, a retry of exactly the last batch settles which
+it is by reading the log from the floor for that producer's message with that epoch and first
+sequence (at most ``SCAN_RECORDS`` records): found, it is answered as a duplicate with the offsets
+it got; not found, it is appended. Within one run the offsets are known from memory.
 
 One producer's appends to one partition go one at a time (a lock per key), so a retry racing the
 original on a second connection waits for it and is answered as a duplicate. Backends without a
@@ -33,10 +34,14 @@ from typing import Any
 import structlog
 import trio
 
-from gateway.model import AppendResult, ErrorCode, GatewayError, Produce, ProduceResult
+from gateway.model import AppendResult, ErrorCode, Fetch, GatewayError, Produce, ProduceResult
 from gateway.observability import limit_hit
+from gateway.protocols.cursus import codec
 
 NS = "cursus.producers"
+SCAN_RECORDS = 100_000
+"""How far past its floor a batch of unknown fate is looked for (the records appended by others
+while it was in flight come first; this many never are)."""
 
 log = structlog.get_logger("gateway.protocols.cursus")
 
@@ -46,9 +51,16 @@ class ProducerState:
     epoch: int
     first_seq: int
     last_seq: int
-    base_offset: int
-    last_offset: int
+    floor: int  # the partition's high watermark before the append: the batch is at or after it
     at: float = 0.0  # wall time of the write (the oldest are dropped first)
+
+
+@dataclass
+class Known:
+    """A producer's state and, once known in this run, where its last batch landed."""
+
+    state: ProducerState
+    landed: AppendResult | None = None
 
 
 def state_key(topic: str, partition: int, producer_id: str) -> str:
@@ -63,7 +75,7 @@ class DurableProducers:
 
     def __init__(self) -> None:
         # the states in use: only keys of the index (so bounded with it), misses are not cached
-        self._cache: dict[str, ProducerState] = {}
+        self._cache: dict[str, Known] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._memory_only: set[str] = set()  # backends without a key-value store
         self._index: OrderedDict[str, Any] | None = None  # every stored key -> its backend
@@ -104,19 +116,25 @@ class DurableProducers:
         first_seq: int,
         count: int,
     ) -> AppendResult:
+        assert cmd.partition is not None
         backend = core.router.backend_for(cmd.topic)
-        state = await self._load(backend, key)
-        if state is not None and epoch == state.epoch:
+        known = await self._load(backend, key)
+        state = known.state if known else None
+        if known is not None and state is not None and epoch == state.epoch:
             if first_seq == state.first_seq:
-                return AppendResult(
-                    cmd.partition, state.base_offset, state.last_offset, duplicate=True
-                )
-            if first_seq <= state.last_seq:
+                landed = known.landed or await self._find(core, cmd, producer_id, known)
+                if landed is not None:
+                    known.landed = landed
+                    return AppendResult(
+                        landed.partition, landed.base_offset, landed.last_offset, duplicate=True
+                    )
+                # written down before a crash or failure, never appended: append it now
+            elif first_seq <= state.last_seq:
                 raise GatewayError(
                     ErrorCode.DUPLICATE_SEQUENCE,
                     f"sequence {first_seq} of producer {producer_id} was already written",
                 )
-            if first_seq != state.last_seq + 1:
+            elif first_seq != state.last_seq + 1:
                 raise GatewayError(
                     ErrorCode.OUT_OF_ORDER_SEQUENCE,
                     f"producer {producer_id} sent sequence {first_seq}, "
@@ -126,21 +144,48 @@ class DurableProducers:
             raise GatewayError(
                 ErrorCode.INVALID_REQUEST, f"producer {producer_id} epoch {epoch} is fenced"
             )
-        result = (await core.execute(cmd)).appends[0]
-        new = ProducerState(
-            epoch,
-            first_seq,
-            first_seq + count - 1,
-            result.base_offset,
-            result.last_offset,
-            time.time(),
-        )
-        self._remember(key, new)
+        floor = (await backend.partition_info(cmd.topic, cmd.partition)).high_watermark
+        new = Known(ProducerState(epoch, first_seq, first_seq + count - 1, floor, time.time()))
+        await self._store(backend, key, new.state)  # before the append: see the module doc
+        self._cache[key] = new
         assert self._index is not None
         self._index[key] = backend
         self._index.move_to_end(key)
-        await self._store(backend, key, new)
+        # a failure or cancellation leaves the state without ``landed``: the batch may or may not
+        # be in the log, and a retry of it settles that from the log, as after a crash
+        result = (await core.execute(cmd)).appends[0]
+        new.landed = result
         return result
+
+    async def _find(
+        self, core: Any, cmd: Produce, producer_id: str, known: Known
+    ) -> AppendResult | None:
+        """Where the batch of a state written before a restart landed, from the log: the
+        producer's message with the state's epoch and first sequence at or after its floor."""
+        assert cmd.partition is not None
+        state, pid = known.state, producer_id.encode()
+        offset, scanned = state.floor, 0
+        while scanned < SCAN_RECORDS:
+            try:
+                result = await core.execute(
+                    Fetch(cmd.topic, cmd.partition, offset, SCAN_RECORDS - scanned, 8 << 20)
+                )
+            except GatewayError as exc:
+                if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    return None  # the floor is gone (retention) or past the end
+                raise
+            if not result.count:
+                return None
+            for batch in result.batches:
+                for record in batch.records:
+                    m = codec.record_to_message(record)
+                    if m.producer_id == pid and m.seq == state.first_seq and m.epoch == state.epoch:
+                        base = record.offset
+                        last = base + state.last_seq - state.first_seq
+                        return AppendResult(cmd.partition, base, last)
+            scanned += result.count
+            offset = result.batches[-1].last_offset + 1
+        return None
 
     # ------------------------------------------------------------------ the bound
     async def _load_index(self, core: Any, max_producers: int) -> None:
@@ -180,25 +225,23 @@ class DurableProducers:
                 await backend.kv_delete(NS, key)
 
     # ------------------------------------------------------------------ store and cache
-    def _remember(self, key: str, state: ProducerState) -> None:
-        self._cache[key] = state
-
-    async def _load(self, backend: Any, key: str) -> ProducerState | None:
-        state = self._cache.get(key)
-        if state is not None:
-            return state
-        if backend.name not in self._memory_only:
-            try:
-                raw = await backend.kv_get(NS, key)
-            except GatewayError as exc:
-                if exc.code is not ErrorCode.UNSUPPORTED:
-                    raise
-                self._no_store(backend)
-                raw = None
-            if raw is not None:
-                state = ProducerState(**json.loads(raw))
-                self._remember(key, state)
-        return state
+    async def _load(self, backend: Any, key: str) -> Known | None:
+        known = self._cache.get(key)
+        if known is not None:
+            return known
+        if backend.name in self._memory_only:
+            return None
+        try:
+            raw = await backend.kv_get(NS, key)
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNSUPPORTED:
+                raise
+            self._no_store(backend)
+            return None
+        if raw is None:
+            return None
+        known = self._cache[key] = Known(ProducerState(**json.loads(raw)))
+        return known
 
     async def _store(self, backend: Any, key: str, state: ProducerState) -> None:
         if backend.name in self._memory_only:

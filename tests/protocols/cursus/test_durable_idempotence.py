@@ -5,11 +5,15 @@ producer's retry of that batch is answered as a duplicate, not stored a second t
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
+from gateway.config import parse_config
 from gateway.observability import LIMIT_HITS
 from gateway.protocols.cursus.client import CursusClient
 from gateway.protocols.cursus.codec import Ack, Message
-from tests.support import GatewayProcess
+from gateway.protocols.cursus.producers import NS, DurableProducers, ProducerState, state_key
+from gateway.protocols.cursus.state import state_for
+from tests.support import GatewayProcess, make_config, serving
 
 from .conftest import cursus_gateway
 
@@ -18,6 +22,10 @@ def batch(seqs: range, epoch: int = 7) -> list[Message]:
     return [
         Message(seq=s, producer_id=b"py-durable", epoch=epoch, payload=b"m%d" % s) for s in seqs
     ]
+
+
+def encoded(state: ProducerState) -> bytes:
+    return json.dumps(asdict(state)).encode()
 
 
 async def stored(c: CursusClient) -> int:
@@ -91,3 +99,37 @@ async def test_the_number_of_producer_states_is_bounded(tmp_path):
             assert (await send(b"p1")).last_offset == 3  # dropped: stored again
             assert await stored(c) == 4
             assert counter._value.get() == before + 2  # and p2 (written longest ago) went
+
+
+async def test_a_state_written_before_a_crash_is_settled_from_the_log(tmp_path):
+    """The two sides of the crash window, with the producers' memory wiped as a restart would:
+    a state written down whose batch never reached the log is appended on retry (not answered
+    as a duplicate, which would lose it); a batch that reached the log, with other producers'
+    records after it, is found there and answered with the offsets it got."""
+    config = parse_config(make_config(tmp_path, {"cursus": {}}, admin=False))
+    async with serving(config) as server:
+        state = state_for(server.core)
+        backend = server.core.router.backend_for("orders")
+        async with await CursusClient.connect(*server.addresses()["cursus"]) as c:
+            await c.text("CREATE topic=orders partitions=1", "admin")
+            assert (
+                await c.produce("orders", 0, batch(range(1, 3)), idempotent=True)
+            ).status == "OK"
+            # crash after writing the state of seq 3..4, before appending it
+            lost = ProducerState(7, 3, 4, floor=2, at=1.0)
+            await backend.kv_put(NS, state_key("orders", 0, "py-durable"), encoded(lost))
+            state.producers = DurableProducers()
+            retry = await c.produce("orders", 0, batch(range(3, 5)), idempotent=True)
+            assert isinstance(retry, Ack) and (retry.status, retry.last_offset) == ("OK", 3)
+            assert await stored(c) == 4
+            # appended, then a crash before the ack; others write after it
+            assert (
+                await c.produce("orders", 0, batch(range(5, 8)), idempotent=True)
+            ).status == "OK"
+            other = [Message(seq=1, producer_id=b"other", epoch=1, payload=b"o")]
+            for _ in range(3):
+                await c.produce("orders", 0, other)
+            state.producers = DurableProducers()
+            retry = await c.produce("orders", 0, batch(range(5, 8)), idempotent=True)
+            assert isinstance(retry, Ack) and (retry.status, retry.last_offset) == ("OK", 6)
+            assert await stored(c) == 10
