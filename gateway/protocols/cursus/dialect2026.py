@@ -38,7 +38,6 @@ from gateway.protocols.cursus.gotext import go_atoi, go_list, go_uint
 from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBinding
 from gateway.protocols.cursus.topics import H_EVENT_SOURCING, H_IDEMPOTENT
 
-H_PARTITIONER = "cursus.partitioner"
 MAX_TOPIC_NAME_BYTES = 249
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-=")
 PARTITIONERS = ("hash_key", "round_robin")
@@ -203,7 +202,7 @@ class Commands2026:
         existing: TopicInfo | None,
     ) -> TopicInfo:
         if existing is None:
-            config = [(H_PARTITIONER, policy.partitioner)]
+            config: list[tuple[str, str]] = []
             if idempotent:
                 config.append((H_IDEMPOTENT, "true"))
             if event_sourcing:
