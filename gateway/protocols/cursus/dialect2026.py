@@ -38,6 +38,9 @@ from gateway.protocols.cursus.gotext import go_atoi, go_list, go_uint
 from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBinding
 from gateway.protocols.cursus.topics import H_EVENT_SOURCING, H_IDEMPOTENT
 
+H_PARTITIONER = "cursus.partitioner"  # echoed by METADATA
+HOUR_MS = 3_600_000
+
 MAX_TOPIC_NAME_BYTES = 249
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-=")
 PARTITIONERS = ("hash_key", "round_robin")
@@ -54,13 +57,28 @@ class TopicPolicy:
     retention_hours: int = 0
     retention_bytes: int = 0
 
-    def reply(self, topic: str, partitions: int) -> str:
+    def reply_fields(self) -> str:
         return (
-            f"OK topic={topic} partitions={partitions} cleanup_policy={self.cleanup_policy} "
-            f"partitioner={self.partitioner} auth_policy={self.auth_policy} "
-            f"read_acl={','.join(self.read_acl)} write_acl={','.join(self.write_acl)} "
-            f"retention_hours={self.retention_hours} retention_bytes={self.retention_bytes}"
+            f"cleanup_policy={self.cleanup_policy} partitioner={self.partitioner} "
+            f"auth_policy={self.auth_policy} read_acl={','.join(self.read_acl)} "
+            f"write_acl={','.join(self.write_acl)} retention_hours={self.retention_hours} "
+            f"retention_bytes={self.retention_bytes}"
         )
+
+    def reply(self, topic: str, partitions: int) -> str:
+        return f"OK topic={topic} partitions={partitions} {self.reply_fields()}"
+
+
+def topic_policy(info: TopicInfo) -> TopicPolicy:
+    """A topic's policy as METADATA reports it, from what the gateway keeps: the partitioner
+    CREATE was given, retention from the topic's retention settings."""
+    retention_ms = go_atoi(info.get("retention_ms") or "0") or 0
+    retention_bytes = go_atoi(info.get("retention_bytes") or "0") or 0
+    return TopicPolicy(
+        partitioner=info.get(H_PARTITIONER) or "hash_key",
+        retention_hours=max(retention_ms, 0) // HOUR_MS,
+        retention_bytes=max(retention_bytes, 0),
+    )
 
 
 def topic_name_error(name: str) -> str:
@@ -140,6 +158,7 @@ class Commands2026:
     attributes below and the group look-ups of
     :class:`~gateway.protocols.cursus.groups.GroupCommands`."""
 
+    ctx: Any
     core: Any
     cfg: Any
     state: CursusState
@@ -202,13 +221,13 @@ class Commands2026:
         existing: TopicInfo | None,
     ) -> TopicInfo:
         if existing is None:
-            config: list[tuple[str, str]] = []
+            config = [(H_PARTITIONER, policy.partitioner)]
             if idempotent:
                 config.append((H_IDEMPOTENT, "true"))
             if event_sourcing:
                 config.append((H_EVENT_SOURCING, "true"))
             if policy.retention_hours:
-                config.append(("retention_ms", str(policy.retention_hours * 3_600_000)))
+                config.append(("retention_ms", str(policy.retention_hours * HOUR_MS)))
             if policy.retention_bytes:
                 config.append(("retention_bytes", str(policy.retention_bytes)))
             try:
@@ -267,6 +286,32 @@ class Commands2026:
         if reason:
             return f"ERROR: register_group_failed reason={go_quote(reason)}"
         return f"OK group={group} topic={topic} registered=true"
+
+    async def _metadata_2026(self, args_text: str) -> str:
+        topic = codec.parse_params(args_text).get("topic", "")
+        if not topic:
+            return "ERROR: missing_topic command=METADATA"
+        info = await self._topic(topic)
+        if info is None:
+            return f"ERROR: topic_not_found topic={topic}"
+        addr = f"{self.ctx.advertised_host}:{self.ctx.advertised_port}"
+        n = info.partitions
+        return (
+            f"OK topic={topic} partitions={n} leaders={','.join([addr] * n)} "
+            f"epochs={','.join(['0'] * n)} {topic_policy(info).reply_fields()}"
+        )
+
+    async def _find_coordinator_2026(self, args_text: str) -> str:
+        args = codec.parse_params(args_text)
+        kind = "group"
+        if not args.get("group"):
+            if not (args.get("transactional_id") or args.get("txn") or args.get("transaction")):
+                return "ERROR: missing_coordinator_key command=FIND_COORDINATOR"
+            kind = "transaction"
+        return (
+            f"OK coordinator_id=standalone coordinator_type={kind} "
+            f"host={self.ctx.advertised_host} port={self.ctx.advertised_port}"
+        )
 
     # ------------------------------------------------------------------ group checks
     async def _offset_topic_error(self, group: str, topic: str) -> str:

@@ -180,6 +180,8 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
             "COMMIT_OFFSET ": self._commit_offset_2026,
             "BATCH_COMMIT ": self._batch_commit_2026,
             "FETCH_OFFSET ": self._fetch_offset_2026,
+            "METADATA ": self._metadata_2026,
+            "FIND_COORDINATOR ": self._find_coordinator_2026,
         }
         self.dialect = "2026" if self.cfg.dialect == "2026" else "2025"
 

@@ -25,12 +25,19 @@ def envelope(request: str) -> str:
     return "admin" if request.startswith("CREATE") else ""
 
 
-async def replay(c: CursusClient) -> dict[str, str]:
+def fill(text: str, values: dict[str, str]) -> str:
+    for name, value in values.items():
+        text = text.replace("{" + name + "}", value)
+    return text
+
+
+async def replay(c: CursusClient, host: str, port: int) -> dict[str, str]:
     """Send every request of the scenario; compare each reply byte for byte."""
     members: dict[str, str] = {}
+    where = {"host": host, "port": str(port), "addr": f"{host}:{port}"}
     for request, reply in SCENARIO:
-        for name, value in members.items():
-            request = request.replace("{" + name + "}", value)
+        request = fill(request, members)
+        reply = fill(reply, where)
         await c.send_body(codec.encode_text(request, envelope(request)))
         got = (await c.read_frame() or b"").decode()
         pattern = re.escape(reply)
@@ -53,7 +60,7 @@ async def replay(c: CursusClient) -> dict[str, str]:
 async def test_gateway_answers_the_2026_vectors(tmp_path):
     async with cursus_gateway(tmp_path, dialect="2026") as addr:
         async with await CursusClient.connect(*addr) as c:
-            members = await replay(c)
+            members = await replay(c, *addr)
     assert set(members) == {"m1", "m2"}
 
 
@@ -69,7 +76,7 @@ async def test_auto_switches_a_connection_on_the_current_sdks_create(tmp_path):
             assert await old.text(f"HEARTBEAT topic=t group=g member={member}") == "OK"
         async with await CursusClient.connect(*addr) as new:
             # the same connection answers in the current dialect once its CREATE said idempotent=
-            await replay(new)
+            await replay(new, *addr)
         async with await CursusClient.connect(*addr) as old:
             assert await old.text("CREATE topic=t partitions=2", "admin") == (
                 "Topic 't' now has 2 partitions"
@@ -116,9 +123,7 @@ class ScriptedBroker:
     def __init__(self, members: dict[str, str]) -> None:
         self.replies: dict[tuple[str, str], list[str]] = {}
         for request, reply in SCENARIO:
-            for name, value in members.items():
-                request = request.replace("{" + name + "}", value)
-                reply = reply.replace("{" + name + "}", value)
+            request, reply = fill(request, members), fill(reply, members)
             self.replies.setdefault((envelope(request), request), []).append(reply)
         self.seen: list[str] = []
 

@@ -74,3 +74,12 @@ async def test_in_repo_client_in_the_older_dialect(tmp_path):
             assert err.value.code == "member_not_found"
             left = await c.leave_group("old", "g", joined.member, joined.generation)
             assert left == "\u2705 Left group 'g'"
+
+
+async def test_cursus_client_also_works_on_a_2026_listener(tmp_path):
+    async with cursus_gateway(tmp_path, dialect="2026") as (host, port):
+        addr = f"{host}:{port}"
+        assert await trio.to_thread.run_sync(produce, addr, "t", 10, 2) == 10
+        for mode in (ConsumerMode.POLLING, ConsumerMode.STREAMING):
+            got = await trio.to_thread.run_sync(consume_all, addr, "t", mode, 10)
+            assert sorted(p for _, _, p, _ in got) == sorted(f"msg-{i}" for i in range(10))

@@ -4,7 +4,9 @@ for byte, in the order one scenario sends them.
 Every reply was derived by reading the upstream broker's source at commit ``4373c0a`` (the
 function named beside each group; file paths are in that repository). ``{m1}``/``{m2}`` stand
 for the member ids the broker hands out on JOIN_GROUP (the requested id + ``-NNNN``): the replay
-captures them from the JOIN_GROUP reply and substitutes them afterwards. Requests are sent in a
+captures them from the JOIN_GROUP reply and substitutes them afterwards. ``{host}``, ``{port}``
+and ``{addr}`` (``host:port``) are the listener's advertised address (the broker's
+``advertised_client_host`` / ``advertised_broker_port``). Requests are sent in a
 text envelope with topic ``admin`` (CREATE) or ``""`` (the rest), as the Go SDK does.
 """
 
@@ -67,6 +69,26 @@ SCENARIO: list[tuple[str, str]] = [
         "OK topic=x partitions=3 cleanup_policy=delete partitioner=round_robin auth_policy=open "
         "read_acl= write_acl= retention_hours=24 retention_bytes=0",
     ),
+    # pkg/controller/topic_query_handler.go handleMetadata (standalone: every leader is this
+    # broker, epochs 0, the topic's policy)
+    (
+        "METADATA topic=x",
+        "OK topic=x partitions=3 leaders={addr},{addr},{addr} epochs=0,0,0 "
+        "cleanup_policy=delete partitioner=round_robin auth_policy=open read_acl= write_acl= "
+        "retention_hours=24 retention_bytes=0",
+    ),
+    ("METADATA topic=nope", "ERROR: topic_not_found topic=nope"),
+    ("METADATA x=1", "ERROR: missing_topic command=METADATA"),
+    # command_handler.go handleFindCoordinator (standalone)
+    (
+        "FIND_COORDINATOR group=g1",
+        "OK coordinator_id=standalone coordinator_type=group host={host} port={port}",
+    ),
+    (
+        "FIND_COORDINATOR transactional_id=tx1",
+        "OK coordinator_id=standalone coordinator_type=transaction host={host} port={port}",
+    ),
+    ("FIND_COORDINATOR x=1", "ERROR: missing_coordinator_key command=FIND_COORDINATOR"),
     # handleDelete
     ("DELETE topic=x", "OK topic=x deleted=true"),
     ("DELETE topic=x", "ERROR: topic_not_found topic=x"),
