@@ -31,7 +31,7 @@ from gateway.model import (
     TopicInfo,
 )
 from gateway.protocols.cursus import codec
-from gateway.protocols.cursus.client import CursusClient
+from gateway.protocols.cursus.client import CursusClient, ok_fields
 
 _CURSUS_HEADERS = (codec.RESERVED_HEADER_PREFIX + "cursus.",)
 _MEMBER = re.compile(r"member=(\S+)")
@@ -110,10 +110,15 @@ class CursusUpstream(UpstreamBackend):
 
     async def list_topics(self) -> list[TopicInfo]:
         reply = await self._text("LIST")
-        if reply == "(no topics)" or not reply:
+        if reply.startswith("OK "):  # the current broker: OK count=N topics=a,b
+            names = ok_fields(reply).get("topics", "")
+            upstream_names = names.split(",") if names else []
+        elif reply == "(no topics)" or not reply:
             return []
+        else:
+            upstream_names = reply.split(", ")
         out = []
-        for upstream_name in reply.split(", "):
+        for upstream_name in upstream_names:
             name = self.down(upstream_name)
             if name is not None:
                 out.append(self.info(name, len(await self._describe(name))))

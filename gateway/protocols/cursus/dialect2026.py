@@ -11,6 +11,7 @@ replies is in docs/cursus.md. Mixed into
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,7 @@ from gateway.model import (
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
+    DescribeTopic,
     ErrorCode,
     FetchOffset,
     GatewayError,
@@ -29,6 +31,7 @@ from gateway.model import (
     Heartbeat,
     JoinGroup,
     LeaveGroup,
+    ListTopics,
     SyncGroup,
     TopicInfo,
 )
@@ -286,6 +289,50 @@ class Commands2026:
         if reason:
             return f"ERROR: register_group_failed reason={go_quote(reason)}"
         return f"OK group={group} topic={topic} registered=true"
+
+    async def _list_2026(self) -> str:
+        names = [t.name for t in await self.core.execute(ListTopics())]
+        return f"OK count={len(names)} topics={','.join(names)}"
+
+    async def _describe_2026(self, args_text: str) -> str:
+        topic = codec.parse_params(args_text).get("topic", "")
+        if not topic:
+            return 'ERROR: missing_topic expected="DESCRIBE topic=<name>"'
+        try:
+            desc = await self.core.execute(DescribeTopic(topic))
+        except GatewayError as exc:
+            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+                return f"ERROR: topic_not_found topic={topic}"
+            raise
+        policy = topic_policy(desc.topic)
+        policy_json: dict[str, object] = {}
+        if policy.retention_hours:  # omitempty, in the Go struct's field order
+            policy_json["retention_hours"] = policy.retention_hours
+        if policy.retention_bytes:
+            policy_json["retention_bytes"] = policy.retention_bytes
+        policy_json.update(
+            cleanup_policy=policy.cleanup_policy,
+            partitioner=policy.partitioner,
+            auth_policy=policy.auth_policy,
+        )
+        meta = {
+            "status": "OK",
+            "topic": topic,
+            "partitions": [
+                {
+                    "id": p.partition,
+                    "leader": "",
+                    "replicas": None,
+                    "isr": None,
+                    "leo": p.high_watermark,
+                    "hwm": p.high_watermark,
+                }
+                for p in desc.partitions
+            ]
+            or None,
+            "policy": policy_json,
+        }
+        return json.dumps(meta, indent=2, ensure_ascii=False)
 
     async def _metadata_2026(self, args_text: str) -> str:
         topic = codec.parse_params(args_text).get("topic", "")

@@ -180,6 +180,7 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
             "COMMIT_OFFSET ": self._commit_offset_2026,
             "BATCH_COMMIT ": self._batch_commit_2026,
             "FETCH_OFFSET ": self._fetch_offset_2026,
+            "DESCRIBE ": self._describe_2026,
             "METADATA ": self._metadata_2026,
             "FIND_COORDINATOR ": self._find_coordinator_2026,
         }
@@ -289,7 +290,7 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
                 return HELP
             if upper == "LIST_CLUSTER":
                 return "ERROR: distribution not enabled"
-            return await self._list()
+            return await (self._list_2026() if self.dialect == "2026" else self._list())
         handlers = self._handlers_2026 if self.dialect == "2026" else self._handlers
         for prefix, handler in handlers.items():
             if upper.startswith(prefix):

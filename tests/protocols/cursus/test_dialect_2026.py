@@ -66,6 +66,9 @@ async def test_gateway_answers_the_2026_vectors(tmp_path):
 
 async def test_auto_switches_a_connection_on_the_current_sdks_create(tmp_path):
     async with cursus_gateway(tmp_path) as addr:  # dialect = "auto" (the default)
+        async with await CursusClient.connect(*addr) as new:
+            # the connection answers in the current dialect once its CREATE said idempotent=
+            await replay(new, *addr)
         async with await CursusClient.connect(*addr) as old:
             # the older SDK and cursus-client 0.1.1 send CREATE without idempotent=
             assert await old.text("CREATE topic=t partitions=2", "admin") == (
@@ -74,16 +77,10 @@ async def test_auto_switches_a_connection_on_the_current_sdks_create(tmp_path):
             reply = await old.text("JOIN_GROUP topic=t group=g member=a")
             member = reply.split("member=")[1].split()[0]
             assert await old.text(f"HEARTBEAT topic=t group=g member={member}") == "OK"
-        async with await CursusClient.connect(*addr) as new:
-            # the same connection answers in the current dialect once its CREATE said idempotent=
-            await replay(new, *addr)
-        async with await CursusClient.connect(*addr) as old:
-            assert await old.text("CREATE topic=t partitions=2", "admin") == (
-                "Topic 't' now has 2 partitions"
-            )
             assert await old.text("LEAVE_GROUP topic=t group=g member=nobody") == (
                 "\u2705 Left group 'g'"
             )
+            assert await old.text("LIST") == "orders, t"
 
 
 async def test_a_fixed_2025_dialect_ignores_the_markers(tmp_path):

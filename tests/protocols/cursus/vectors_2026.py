@@ -69,6 +69,22 @@ SCENARIO: list[tuple[str, str]] = [
         "OK topic=x partitions=3 cleanup_policy=delete partitioner=round_robin auth_policy=open "
         "read_acl= write_acl= retention_hours=24 retention_bytes=0",
     ),
+    # pkg/controller/topic_query_handler.go handleList (formatTopicList), handleDescribeTopic
+    # (json.MarshalIndent, two spaces; Policy's omitempty fields)
+    ("LIST", "OK count=2 topics=orders,x"),
+    (
+        "DESCRIBE topic=x",
+        '{\n  "status": "OK",\n  "topic": "x",\n  "partitions": [\n'
+        + ",\n".join(
+            f'    {{\n      "id": {i},\n      "leader": "",\n      "replicas": null,\n'
+            '      "isr": null,\n      "leo": 0,\n      "hwm": 0\n    }'
+            for i in range(3)
+        )
+        + '\n  ],\n  "policy": {\n    "retention_hours": 24,\n    "cleanup_policy": "delete",\n'
+        '    "partitioner": "round_robin",\n    "auth_policy": "open"\n  }\n}',
+    ),
+    ("DESCRIBE topic=nope", "ERROR: topic_not_found topic=nope"),
+    ("DESCRIBE x=1", 'ERROR: missing_topic expected="DESCRIBE topic=<name>"'),
     # pkg/controller/topic_query_handler.go handleMetadata (standalone: every leader is this
     # broker, epochs 0, the topic's policy)
     (
