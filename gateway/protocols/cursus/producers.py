@@ -34,7 +34,7 @@ from typing import Any
 import structlog
 import trio
 
-from gateway.model import AppendResult, ErrorCode, Fetch, GatewayError, Produce, ProduceResult
+from gateway.model import AppendResult, ErrorCode, GatewayError, Produce, ProduceResult
 from gateway.observability import limit_hit
 from gateway.protocols.cursus import codec
 
@@ -165,26 +165,27 @@ class DurableProducers:
         assert cmd.partition is not None
         state, pid = known.state, producer_id.encode()
         offset, scanned = state.floor, 0
+        backend = core.router.backend_for(cmd.topic)  # the store's own check: no ACL, no metrics
         while scanned < SCAN_RECORDS:
             try:
-                result = await core.execute(
-                    Fetch(cmd.topic, cmd.partition, offset, SCAN_RECORDS - scanned, 8 << 20)
+                batches = await backend.read(
+                    cmd.topic, cmd.partition, offset, SCAN_RECORDS - scanned, 8 << 20
                 )
             except GatewayError as exc:
                 if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
                     return None  # the floor is gone (retention) or past the end
                 raise
-            if not result.count:
+            if not batches:
                 return None
-            for batch in result.batches:
+            for batch in batches:
                 for record in batch.records:
                     m = codec.record_to_message(record)
                     if m.producer_id == pid and m.seq == state.first_seq and m.epoch == state.epoch:
                         base = record.offset
                         last = base + state.last_seq - state.first_seq
                         return AppendResult(cmd.partition, base, last)
-            scanned += result.count
-            offset = result.batches[-1].last_offset + 1
+                scanned += batch.count
+            offset = batches[-1].last_offset + 1
         return None
 
     # ------------------------------------------------------------------ the bound

@@ -5,7 +5,9 @@ and cursus.md section 9.6 ask for the newer dialect that cursus-client 0.1.1 nee
 ``OK offset=N`` (a listener option), METADATA, FIND_COORDINATOR, rebalance tokens (GEN_MISMATCH,
 member_not_found, NOT_OWNER) from HEARTBEAT and commits, an error reply for a batch to an unknown
 topic, the batch header's partition honoured, ``last_offset`` = last assigned offset, a JSON ack
-for acks 0 and ``STREAM_CONTROL`` before a stream closes.
+for acks 0 and ``STREAM_CONTROL`` before a stream closes. That is the ``2025`` dialect; a
+connection in the current broker's ``2026`` dialect (dialect.py) has the topic and group commands
+answered by dialect2026.py instead. Idempotent produces go through producers.py (durable state).
 """
 
 from __future__ import annotations
