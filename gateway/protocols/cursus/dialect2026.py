@@ -170,6 +170,7 @@ class Commands2026:
     _group_binding: Callable[[str], Awaitable[GroupBinding | None]]
     _assigned: Callable[[GroupDescription, str], set[int] | None]
     _touch: Callable[[str, str], None]
+    _group_status: Callable[[str], Awaitable[str]]
 
     # ------------------------------------------------------------------ CREATE
     async def _create_2026(self, args_text: str) -> str:
@@ -410,6 +411,17 @@ class Commands2026:
         return sorted(self._assigned(desc, member) or ())
 
     # ------------------------------------------------------------------ groups
+    async def _group_status_2026(self, args_text: str) -> str:
+        group = codec.parse_params(args_text).get("group", "")
+        if not group:
+            return _missing("group", "GROUP_STATUS")
+        reply = await self._group_status(args_text)  # the 2025 JSON, without "status"
+        if not reply.startswith("{"):
+            reason = f"group '{group}' not found"
+            return f"ERROR: group_status_failed reason={go_quote(reason)}"
+        status = {"status": "OK", **json.loads(reply)}
+        return json.dumps(status, separators=(",", ":"), ensure_ascii=False)
+
     async def _join_group_2026(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
         missing = self._required_2026("JOIN_GROUP", args, ("topic", "group", "member"))

@@ -183,6 +183,7 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
             "BATCH_COMMIT ": self._batch_commit_2026,
             "FETCH_OFFSET ": self._fetch_offset_2026,
             "DESCRIBE ": self._describe_2026,
+            "GROUP_STATUS ": self._group_status_2026,
             "METADATA ": self._metadata_2026,
             "FIND_COORDINATOR ": self._find_coordinator_2026,
         }

@@ -51,6 +51,7 @@ async def replay(c: CursusClient, host: str, port: int) -> dict[str, str]:
                 pattern = pattern.replace(
                     re.escape("{" + name + "}"), f"(?P<{name}>{re.escape(member)}-[0-9]{{4}})", 1
                 ).replace(re.escape("{" + name + "}"), f"(?P={name})")
+        pattern = pattern.replace(re.escape("{ts}"), r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z")
         m = re.fullmatch(pattern, got)
         assert m, f"{request!r}: got {got!r}, expected {reply!r}"
         members.update({k: v for k, v in m.groupdict().items() if v})

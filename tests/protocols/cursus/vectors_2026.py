@@ -4,8 +4,9 @@ for byte, in the order one scenario sends them.
 Every reply was derived by reading the upstream broker's source at commit ``4373c0a`` (the
 function named beside each group; file paths are in that repository). ``{m1}``/``{m2}`` stand
 for the member ids the broker hands out on JOIN_GROUP (the requested id + ``-NNNN``): the replay
-captures them from the JOIN_GROUP reply and substitutes them afterwards. ``{host}``, ``{port}``
-and ``{addr}`` (``host:port``) are the listener's advertised address (the broker's
+captures them from the JOIN_GROUP reply and substitutes them afterwards. ``{ts}`` is a time as Go's
+encoding/json writes it. ``{host}``, ``{port}`` and ``{addr}`` (``host:port``) are the listener's
+advertised address (the broker's
 ``advertised_client_host`` / ``advertised_broker_port``). Requests are sent in a
 text envelope with topic ``admin`` (CREATE) or ``""`` (the rest), as the Go SDK does.
 """
@@ -135,6 +136,15 @@ SCENARIO: list[tuple[str, str]] = [
         "JOIN_GROUP topic=other group=g1 member=c1",
         "ERROR: topic_not_assigned_to_group expected=orders actual=other",
     ),
+    # pkg/controller/command_handler.go handleGroupStatus; coordinator.go GetGroupStatus
+    (
+        "GROUP_STATUS group=g1",
+        '{"status":"OK","group_name":"g1","topic_name":"orders","state":"Stable","generation":1,'
+        '"member_count":1,"partition_count":2,"members":[{"member_id":"{m1}",'
+        '"last_heartbeat":"{ts}","assignments":[0,1]}],"last_rebalance":"{ts}"}',
+    ),
+    ("GROUP_STATUS group=nog", "ERROR: group_status_failed reason=\"group 'nog' not found\""),
+    ("GROUP_STATUS x=1", "ERROR: missing_group command=GROUP_STATUS"),
     # handleSyncGroup; pkg/coordinator/coordinator.go ResumeConsumer,
     # validateMemberGenerationLocked
     (
