@@ -1,4 +1,4 @@
-"""Which reply dialect a Cursus connection gets, and Go's ``%q`` for the newer dialect's errors.
+"""Which reply dialect a Cursus connection gets.
 
 Two broker generations answer the same commands differently:
 
@@ -41,37 +41,3 @@ def marks_2026(upper: str, command: str) -> bool:
     if upper.startswith("CREATE "):
         return "idempotent" in args
     return bool(args.get("generation"))  # JOIN_GROUP, LEAVE_GROUP
-
-
-_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    "\\": "\\\\",
-    '"': '\\"',
-}
-
-
-def go_quote(text: str) -> str:
-    """Go's ``strconv.Quote`` (``%q``) of a string: printable characters as they are, the usual
-    backslash escapes, other control bytes as ``\\xNN`` and other non-printable characters as
-    ``\\uNNNN`` / ``\\UNNNNNNNN``."""
-    out = ['"']
-    for ch in text:
-        esc = _ESCAPES.get(ch)
-        if esc is not None:
-            out.append(esc)
-        elif ch.isprintable() or ch == " ":
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)

@@ -36,8 +36,14 @@ from gateway.model import (
     TopicInfo,
 )
 from gateway.protocols.cursus import codec
-from gateway.protocols.cursus.dialect import go_quote
-from gateway.protocols.cursus.gotext import go_atoi, go_list, go_uint
+from gateway.protocols.cursus.gotext import (
+    fnv1a64,
+    go_atoi,
+    go_list,
+    go_parse_error,
+    go_quote,
+    go_uint,
+)
 from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBinding
 from gateway.protocols.cursus.topics import H_EVENT_SOURCING, H_IDEMPOTENT
 
@@ -171,6 +177,7 @@ class Commands2026:
     _assigned: Callable[[GroupDescription, str], set[int] | None]
     _touch: Callable[[str, str], None]
     _group_status: Callable[[str], Awaitable[str]]
+    _publish_record: Callable[..., Awaitable[str | bytes]]
 
     # ------------------------------------------------------------------ CREATE
     async def _create_2026(self, args_text: str) -> str:
@@ -250,6 +257,61 @@ class Commands2026:
             grow = CreatePartitions(topic, partitions - existing.partitions)
             return await self.core.execute(grow)
         return existing
+
+    # ------------------------------------------------------------------ PUBLISH
+    async def _publish_2026(self, args_text: str) -> str | bytes:
+        """handlePublish (standalone): the checks in the broker's order; ``partition=`` names
+        the partition, else ``key=`` picks it by FNV-1a on a ``hash_key`` topic, else round
+        robin (an idempotent producer without either: its producer id's partition)."""
+        args = codec.parse_params(args_text)
+        for key, token in (
+            ("topic", "topic"),
+            ("message", "message"),
+            ("producerId", "producer_id"),
+        ):
+            if not args.get(key):
+                return f"ERROR: missing_{token} command=PUBLISH"
+        topic, producer_id = args["topic"], args["producerId"]
+        acks = args.get("acks") or "1"
+        idempotent = False
+        if "isIdempotent" in args:
+            value = args["isIdempotent"].lower()
+            if value not in ("true", "false"):
+                return f"ERROR: invalid_is_idempotent value={args['isIdempotent']}"
+            idempotent = value == "true"
+        if acks.lower() not in ("0", "1", "-1", "all"):
+            return f"ERROR: invalid_acks value={acks}"
+        numbers = {}
+        for key, token, func in (
+            ("seqNum", "seq_num", "ParseUint"),
+            ("epoch", "epoch", "ParseInt"),
+            ("partition", "partition", "Atoi"),
+        ):
+            if key in args:
+                parsed = (go_uint if func == "ParseUint" else go_atoi)(args[key])
+                if parsed is None:
+                    reason = go_quote(go_parse_error(func, args[key]))
+                    return f"ERROR: invalid_{token} reason={reason}"
+                numbers[key] = parsed
+        info = await self._topic(topic)
+        if info is None:
+            return f"ERROR: topic_not_found topic={topic}"
+        partition: int | None = numbers.get("partition", -1)
+        key = args.get("key", "")
+        if partition is not None and partition < 0:
+            partition = None
+            if key and topic_policy(info).partitioner == "hash_key":
+                partition = fnv1a64(key.encode()) % info.partitions
+        if partition is not None and partition >= info.partitions:
+            return f"ERROR: partition_not_found partition={partition}"
+        msg = codec.Message(
+            seq=numbers.get("seqNum", 0),
+            producer_id=producer_id.encode(),
+            key=key.encode()[:0xFFFF],
+            epoch=numbers.get("epoch", 0),
+            payload=args["message"].encode(),
+        )
+        return await self._publish_record(topic, info, msg, acks, idempotent, partition)
 
     async def _delete_2026(self, args_text: str) -> str:
         topic = codec.parse_params(args_text).get("topic", "")

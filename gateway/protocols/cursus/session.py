@@ -174,6 +174,7 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
         self._handlers_2026 = {
             "CREATE ": self._create_2026,
             "DELETE ": self._delete_2026,
+            "PUBLISH ": self._publish_2026,
             "REGISTER_GROUP ": self._register_group_2026,
             "JOIN_GROUP ": self._join_group_2026,
             "SYNC_GROUP ": self._sync_group_2026,
@@ -361,34 +362,43 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
         msg = codec.Message(
             seq=seq, producer_id=producer_id.encode(), epoch=epoch, payload=message.encode()
         )
+        return await self._publish_record(topic, info, msg, acks, idempotent, None)
+
+    async def _publish_record(
+        self,
+        topic: str,
+        info: TopicInfo,
+        msg: codec.Message,
+        acks: str,
+        idempotent: bool,
+        partition: int | None,
+    ) -> str | bytes:
+        """Store one PUBLISH record and answer it (both dialects). Without ``partition``: the
+        producer id's partition when idempotent (so a retry meets its state), else round robin."""
         record = codec.message_to_record(msg, now_us())
-        idem = idempotent or info.get(H_IDEMPOTENT) == "true"
+        producer_id = msg.producer_id.decode("utf-8", "replace")
+        mode = ACKS[acks.lower()]
         try:
-            if idem:
-                cmd = Produce(
-                    topic,
-                    RecordBatch([record]),
-                    partition=partition_for_key(producer_id.encode(), info.partitions),
-                    acks=ACKS[acks.lower()],
-                )
+            if idempotent or info.get(H_IDEMPOTENT) == "true":
+                if partition is None:
+                    partition = partition_for_key(msg.producer_id, info.partitions)
+                cmd = Produce(topic, RecordBatch([record]), partition=partition, acks=mode)
                 result = await self.state.producers.produce(
-                    self.core, cmd, producer_id, epoch, seq, 1, self.cfg.max_idempotent_producers
-                )
+                    self.core, cmd, producer_id, msg.epoch, msg.seq, 1,
+                    self.cfg.max_idempotent_producers,
+                )  # fmt: skip
             else:
                 result = await self.core.execute(
-                    Produce(
-                        topic,
-                        RecordBatch([record]),
-                        partitioning=Partitioning.ROUND_ROBIN,
-                        acks=ACKS[acks.lower()],
-                    )
-                )
+                    Produce(topic, RecordBatch([record]), partition=partition,
+                            partitioning=Partitioning.ROUND_ROBIN, acks=mode)
+                )  # fmt: skip
         except GatewayError as exc:
             return codec.encode_ack(Ack("ERROR", error=_idempotence_error(exc)))
         labelled(RECORDS_IN, PROTOCOL).inc()
         if acks == "0":
             return "OK"
-        return codec.encode_ack(Ack("OK", result.last_offset, epoch, producer_id, seq, seq))
+        seq = msg.seq
+        return codec.encode_ack(Ack("OK", result.last_offset, msg.epoch, producer_id, seq, seq))
 
     async def _batch(self, body: bytes) -> Reply:
         try:

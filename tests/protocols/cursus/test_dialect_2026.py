@@ -14,7 +14,8 @@ from gateway.config import ConfigError, parse_config
 from gateway.protocols.cursus import codec
 from gateway.protocols.cursus.client import CursusClient, CursusError, Joined
 from gateway.protocols.cursus.codec import FrameBuffer
-from gateway.protocols.cursus.dialect import go_quote, marks_2026
+from gateway.protocols.cursus.dialect import marks_2026
+from gateway.protocols.cursus.gotext import go_parse_error, go_quote
 from tests.support import make_config
 
 from .conftest import cursus_gateway
@@ -108,6 +109,10 @@ def test_markers_and_go_quote():
     assert not marks_2026("CONSUME T", "CONSUME topic=t partition=0 offset=0 member=m batch=10")
     assert not marks_2026("HEARTBEAT T", "HEARTBEAT topic=t group=g member=m generation=1")
     assert go_quote('a"b\\c\n\x01é') == '"a\\"b\\\\c\\n\\x01é"'
+    assert go_parse_error("ParseUint", "-1") == 'strconv.ParseUint: parsing "-1": invalid syntax'
+    assert go_parse_error("Atoi", "9" * 20) == (
+        f'strconv.Atoi: parsing "{"9" * 20}": value out of range'
+    )
 
 
 # ---------------------------------------------------------------------- the client role

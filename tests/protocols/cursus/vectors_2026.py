@@ -70,6 +70,45 @@ SCENARIO: list[tuple[str, str]] = [
         "OK topic=x partitions=3 cleanup_policy=delete partitioner=round_robin auth_policy=open "
         "read_acl= write_acl= retention_hours=24 retention_bytes=0",
     ),
+    # pkg/controller/produce_handler.go handlePublish (standalone); pkg/topic/topic.go
+    # getPartitionIndex (hash_key: FNV-1a 64 of key=, util/hash.go GenerateID); the ack is
+    # types.AckResponse as encoding/json writes it
+    (
+        "PUBLISH topic=orders acks=1 producerId=p9 partition=1 message=hello world",
+        '{"status":"OK","last_offset":0,"producer_epoch":0,"producer_id":"p9","seq_start":0,'
+        '"seq_end":0}',
+    ),
+    (
+        "PUBLISH topic=orders acks=-1 producerId=p9 key=k1 seqNum=7 epoch=3 message=keyed",
+        '{"status":"OK","last_offset":1,"producer_epoch":3,"producer_id":"p9","seq_start":7,'
+        '"seq_end":7}',
+    ),  # FNV-1a("k1") % 2 = 1: the second record of partition 1
+    ("PUBLISH topic=orders acks=0 producerId=p9 partition=0 message=fire", "OK"),
+    ("PUBLISH acks=1 producerId=p9 message=m", "ERROR: missing_topic command=PUBLISH"),
+    ("PUBLISH topic=orders producerId=p9", "ERROR: missing_message command=PUBLISH"),
+    ("PUBLISH topic=orders message=m", "ERROR: missing_producer_id command=PUBLISH"),
+    (
+        "PUBLISH topic=orders producerId=p9 isIdempotent=maybe message=m",
+        "ERROR: invalid_is_idempotent value=maybe",
+    ),
+    ("PUBLISH topic=orders producerId=p9 acks=2 message=m", "ERROR: invalid_acks value=2"),
+    (
+        "PUBLISH topic=orders producerId=p9 seqNum=-1 message=m",
+        'ERROR: invalid_seq_num reason="strconv.ParseUint: parsing \\"-1\\": invalid syntax"',
+    ),
+    (
+        "PUBLISH topic=orders producerId=p9 epoch=e message=m",
+        'ERROR: invalid_epoch reason="strconv.ParseInt: parsing \\"e\\": invalid syntax"',
+    ),
+    (
+        "PUBLISH topic=orders producerId=p9 partition=p message=m",
+        'ERROR: invalid_partition reason="strconv.Atoi: parsing \\"p\\": invalid syntax"',
+    ),
+    ("PUBLISH topic=nope producerId=p9 message=m", "ERROR: topic_not_found topic=nope"),
+    (
+        "PUBLISH topic=orders producerId=p9 partition=5 message=m",
+        "ERROR: partition_not_found partition=5",
+    ),
     # pkg/controller/topic_query_handler.go handleList (formatTopicList), handleDescribeTopic
     # (json.MarshalIndent, two spaces; Policy's omitempty fields)
     ("LIST", "OK count=2 topics=orders,x"),
