@@ -685,6 +685,9 @@ class Commands2026:
             return error
         text = "BATCH_COMMIT " + args_text
         cut = text.rfind(" ")
+        # the member checks once (an entry that parses meets them, in the broker's order)
+        member_error, desc = await self._member_error(group, member, generation)
+        owned = self._assigned(desc, member) if desc is not None else None
         items: list[tuple[int, int]] = []
         for raw in text[cut + 1 :].split(","):
             pair = raw.strip()
@@ -699,9 +702,13 @@ class Commands2026:
             o = go_uint(kv[1])
             if o is None or o >= 2**64:
                 return f"ERROR: invalid_offset entry={go_quote(pair)}"
-            error, _ = await self._member_error(group, member, generation, p)
-            if error:
-                return error
+            if member_error:
+                return member_error
+            if owned is None or p not in owned:
+                return (
+                    f"ERROR: NOT_OWNER partition={p} member={member} group={group} "
+                    f"generation={generation}"
+                )
             items.append((p, o))
         if not items:
             return "ERROR: no_valid_offsets"
