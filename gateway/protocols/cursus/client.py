@@ -16,7 +16,7 @@ import trio
 from gateway.protocols.cursus import codec
 from gateway.protocols.cursus.codec import Ack, Batch, FrameBuffer, Keepalive, Message
 
-_ERROR = re.compile(r"ERROR:?\s*(\S*)")
+_ERROR = re.compile(r"ERROR:?\s*([A-Za-z_]+)(?:$|\s+\w+=)")
 _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
@@ -33,8 +33,8 @@ class CursusError(Exception):
     def __post_init__(self) -> None:
         super().__init__(self.reply)
         m = _ERROR.match(self.reply)
-        if m and "=" not in m.group(1):
-            self.code = m.group(1).rstrip(":")
+        if m:  # a token, alone or before key=value fields (not the older dialect's sentences)
+            self.code = m.group(1)
         self.fields = {k: v.strip('"') for k, v in _FIELD.findall(self.reply)}
 
 

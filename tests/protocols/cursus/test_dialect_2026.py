@@ -178,3 +178,13 @@ async def test_in_repo_client_speaks_2026_against_the_vectors():
         nursery.cancel_scope.cancel()
     assert broker.seen[0] == "CREATE topic=orders partitions=2 idempotent=false"
     assert broker.seen[-1] == f"LEAVE_GROUP topic=orders group=g1 member={m2} generation=2"
+
+
+def test_cursus_error_reads_tokens_and_fields():
+    e = CursusError("ERROR: GEN_MISMATCH current=2 requested=1 group=g member=m")
+    assert (e.code, e.fields["current"], e.fields["member"]) == ("GEN_MISMATCH", "2", "m")
+    e = CursusError('ERROR: offset_regression reason="offset regression group=g current=5 got=3"')
+    assert e.code == "offset_regression"
+    assert e.fields == {"reason": "offset regression group=g current=5 got=3"}
+    assert CursusError("ERROR: invalid_partition").code == "invalid_partition"
+    assert CursusError("ERROR: group 'g' not found").code == ""  # an older-dialect sentence
