@@ -14,7 +14,7 @@ from tests.backends.upstream import _opened
 from tests.protocols.cursus.conftest import cursus_gateway
 
 
-@pytest.mark.parametrize("dialect", ["2025", "2026"])
+@pytest.mark.parametrize("dialect", ["2026-04", "2026-08"])
 async def test_upstream_cursus_in_both_dialects(tmp_path: Path, dialect: str) -> None:
     async with cursus_gateway(tmp_path, dialect=dialect) as (host, port):
         config = UpstreamConfig(protocol="cursus", address=f"{host}:{port}")

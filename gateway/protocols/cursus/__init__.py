@@ -1,12 +1,12 @@
 """The Cursus listener (cursus.md): text commands, binary batches, consumer groups, STREAM.
 
 It answers in two dialects (``dialect.py``): the older broker's, with what the PyPI client
-cursus-client 0.1.1 needs, and the current broker's (``dialect2026.py``).
+cursus-client 0.1.1 needs, and the current broker's (``dialect_2026_08.py``).
 
 Parts: ``codec.py`` (sans-IO framing, text commands, batches, acks; both roles), ``client.py``
 (the in-repo client), ``session.py`` (the connection: dispatch, produce, CONSUME, STREAM),
 ``topics.py`` and ``groups.py`` (the topic and consumer-group commands, mixed into the session),
-``dialect.py`` and ``dialect2026.py`` (the reply dialects), ``state.py`` (group facts shared by
+``dialect.py`` and ``dialect_2026_08.py`` (the reply dialects), ``state.py`` (group facts shared by
 connections), ``gotext.py`` (command words read and written as Go does), ``replies.py`` (the
 CONSUME/STREAM reply frame), ``producers.py`` (durable idempotent-producer state).
 """
@@ -34,10 +34,10 @@ class CursusListenerConfig(ListenerConfig):
     """FETCH_OFFSET reply format: ``ok`` = ``OK offset=N`` (cursus-client 0.1.1, the newer broker);
     ``integer`` = a plain ``N`` (the April 2026 broker, Java SDK, April Python SDK)."""
     dialect: str = "auto"
-    """Reply dialect (docs/cursus.md): ``2025`` = the broker the older Go SDK and cursus-client
-    0.1.1 were written against; ``2026`` = the current broker (``OK key=value`` /
-    ``ERROR: token key=value``, generation-fenced group commands); ``auto`` = ``2025`` until a
-    connection sends a command only the current SDK sends, then ``2026`` on that connection."""
+    """Reply dialect (docs/cursus.md): ``2026-04`` = the broker the older Go SDK and cursus-client
+    0.1.1 were written against; ``2026-08`` = the current broker (``OK key=value`` /
+    ``ERROR: token key=value``, generation-fenced group commands); ``auto`` = ``2026-04`` until a
+    connection sends a command only the current SDK sends, then ``2026-08`` on that connection."""
     default_partitions: int = 4
     """Partitions of ``CREATE topic=T`` without ``partitions=`` (the broker's default is 4)."""
     session_timeout_ms: int = 10_000

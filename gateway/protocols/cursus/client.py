@@ -2,7 +2,8 @@
 
 One connection, one request at a time; every reply is one frame (a STREAM then pushes frames).
 The topic and group helpers send each command as the Go SDK of the chosen dialect does
-(``dialect="2025"``: the older SDK; ``"2026"``: the current one) and read both dialects' replies.
+(``dialect="2026-04"``: the older SDK; ``"2026-08"``: the current one) and read both dialects'
+replies.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def assignments(reply: str) -> list[int]:
 
 class CursusClient:
     def __init__(
-        self, stream: trio.abc.Stream, compression: str = "none", dialect: str = "2026"
+        self, stream: trio.abc.Stream, compression: str = "none", dialect: str = "2026-08"
     ) -> None:
         self.stream = stream
         self.compression = compression
@@ -70,7 +71,7 @@ class CursusClient:
 
     @classmethod
     async def connect(
-        cls, host: str, port: int, compression: str = "none", dialect: str = "2026"
+        cls, host: str, port: int, compression: str = "none", dialect: str = "2026-08"
     ) -> CursusClient:
         return cls(await trio.open_tcp_stream(host, port), compression, dialect)
 
@@ -146,10 +147,10 @@ class CursusClient:
 
     # ------------------------------------------------------------------ topics and groups
     async def _ok(self, text: str, envelope: str = "") -> str:
-        """Send a command; its reply when it starts with ``OK`` (2026) / has no ``ERROR`` (2025),
-        else raise CursusError."""
+        """Send a command; its reply when it starts with ``OK`` (2026-08) / has no ``ERROR``
+        (2026-04), else raise CursusError."""
         reply = (await self.text(text, envelope)).strip()
-        if self.dialect == "2026":
+        if self.dialect == "2026-08":
             if reply.split(" ", 1)[0] != "OK":
                 raise CursusError(reply)
         elif reply.startswith("ERROR") or "ERROR:" in reply:
@@ -158,7 +159,7 @@ class CursusClient:
 
     async def create_topic(self, topic: str, partitions: int, idempotent: bool = False) -> str:
         cmd = f"CREATE topic={topic} partitions={partitions}"
-        if self.dialect == "2026":
+        if self.dialect == "2026-08":
             cmd += f" idempotent={'true' if idempotent else 'false'}"
         return await self._ok(cmd, "admin")
 
@@ -188,7 +189,7 @@ class CursusClient:
 
     async def leave_group(self, topic: str, group: str, member: str, generation: int) -> str:
         cmd = f"LEAVE_GROUP topic={topic} group={group} member={member}"
-        if self.dialect == "2026":
+        if self.dialect == "2026-08":
             cmd += f" generation={generation}"
         return await self._ok(cmd)
 

@@ -5,9 +5,9 @@ and cursus.md section 9.6 ask for the newer dialect that cursus-client 0.1.1 nee
 ``OK offset=N`` (a listener option), METADATA, FIND_COORDINATOR, rebalance tokens (GEN_MISMATCH,
 member_not_found, NOT_OWNER) from HEARTBEAT and commits, an error reply for a batch to an unknown
 topic, the batch header's partition honoured, ``last_offset`` = last assigned offset, a JSON ack
-for acks 0 and ``STREAM_CONTROL`` before a stream closes. That is the ``2025`` dialect; a
-connection in the current broker's ``2026`` dialect (dialect.py) has the topic and group commands
-answered by dialect2026.py instead. Idempotent produces go through producers.py (durable state).
+for acks 0 and ``STREAM_CONTROL`` before a stream closes. That is the ``2026-04`` dialect; a
+connection in the current broker's ``2026-08`` dialect (dialect.py) has the topic and group commands
+answered by dialect_2026_08.py instead. Idempotent produces go through producers.py (durable state).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ from gateway.protocols.cursus.codec import (
     FrameBuffer,
     RemoteProtocolError,
 )
-from gateway.protocols.cursus.dialect import marks_2026
-from gateway.protocols.cursus.dialect2026 import Commands2026
+from gateway.protocols.cursus.dialect import marks_2026_08
+from gateway.protocols.cursus.dialect_2026_08 import CommandsAug2026
 from gateway.protocols.cursus.gotext import go_atoi, go_uint, positional
 from gateway.protocols.cursus.groups import GroupCommands
 from gateway.protocols.cursus.replies import ReplyFrame, build_reply_frame
@@ -144,7 +144,7 @@ class CommonArgs:
 # ---------------------------------------------------------------------------------- session
 
 
-class CursusSession(TopicCommands, GroupCommands, Commands2026):
+class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.core = ctx.core
@@ -171,24 +171,24 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
             "FIND_COORDINATOR ": self._find_coordinator,
         }
         # the commands whose replies differ in the current broker's dialect (dialect.py)
-        self._handlers_2026 = {
-            "CREATE ": self._create_2026,
-            "DELETE ": self._delete_2026,
-            "PUBLISH ": self._publish_2026,
-            "REGISTER_GROUP ": self._register_group_2026,
-            "JOIN_GROUP ": self._join_group_2026,
-            "SYNC_GROUP ": self._sync_group_2026,
-            "LEAVE_GROUP ": self._leave_group_2026,
-            "HEARTBEAT ": self._heartbeat_2026,
-            "COMMIT_OFFSET ": self._commit_offset_2026,
-            "BATCH_COMMIT ": self._batch_commit_2026,
-            "FETCH_OFFSET ": self._fetch_offset_2026,
-            "DESCRIBE ": self._describe_2026,
-            "GROUP_STATUS ": self._group_status_2026,
-            "METADATA ": self._metadata_2026,
-            "FIND_COORDINATOR ": self._find_coordinator_2026,
+        self._handlers_2026_08 = {
+            "CREATE ": self._create_2026_08,
+            "DELETE ": self._delete_2026_08,
+            "PUBLISH ": self._publish_2026_08,
+            "REGISTER_GROUP ": self._register_group_2026_08,
+            "JOIN_GROUP ": self._join_group_2026_08,
+            "SYNC_GROUP ": self._sync_group_2026_08,
+            "LEAVE_GROUP ": self._leave_group_2026_08,
+            "HEARTBEAT ": self._heartbeat_2026_08,
+            "COMMIT_OFFSET ": self._commit_offset_2026_08,
+            "BATCH_COMMIT ": self._batch_commit_2026_08,
+            "FETCH_OFFSET ": self._fetch_offset_2026_08,
+            "DESCRIBE ": self._describe_2026_08,
+            "GROUP_STATUS ": self._group_status_2026_08,
+            "METADATA ": self._metadata_2026_08,
+            "FIND_COORDINATOR ": self._find_coordinator_2026_08,
         }
-        self.dialect = "2026" if self.cfg.dialect == "2026" else "2025"
+        self.dialect = "2026-08" if self.cfg.dialect == "2026-08" else "2026-04"
 
     # ------------------------------------------------------------------ connection loop
     async def serve(self, stream: trio.abc.Stream) -> None:
@@ -280,8 +280,8 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
         return result if isinstance(result, Reply) else Reply(_bytes(result))
 
     async def _command(self, cmd: str, upper: str) -> str | bytes | Reply:
-        if self.dialect == "2025" and self.cfg.dialect == "auto" and marks_2026(upper, cmd):
-            self.dialect = "2026"  # this connection speaks the current SDK from now on
+        if self.dialect == "2026-04" and self.cfg.dialect == "auto" and marks_2026_08(upper, cmd):
+            self.dialect = "2026-08"  # this connection speaks the current SDK from now on
         if upper.startswith("STREAM "):
             self._api = "stream"
             return await self._stream(cmd)
@@ -294,8 +294,8 @@ class CursusSession(TopicCommands, GroupCommands, Commands2026):
                 return HELP
             if upper == "LIST_CLUSTER":
                 return "ERROR: distribution not enabled"
-            return await (self._list_2026() if self.dialect == "2026" else self._list())
-        handlers = self._handlers_2026 if self.dialect == "2026" else self._handlers
+            return await (self._list_2026_08() if self.dialect == "2026-08" else self._list())
+        handlers = self._handlers_2026_08 if self.dialect == "2026-08" else self._handlers
         for prefix, handler in handlers.items():
             if upper.startswith(prefix):
                 self._api = prefix.strip().lower()

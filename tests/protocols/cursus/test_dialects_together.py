@@ -17,7 +17,7 @@ from .test_cursus_client import consume_all, produce
 
 
 async def current_sdk_consumer(c: CursusClient, topic: str, want: int) -> list[bytes]:
-    """The current Go SDK's consumer, step by step: CREATE (switches the connection to the 2026
+    """The current Go SDK's consumer, step by step: CREATE (switches the connection to the 2026-08
     dialect), JOIN_GROUP, SYNC_GROUP, FETCH_OFFSET, CONSUME ... batch=, BATCH_COMMIT, HEARTBEAT,
     LEAVE_GROUP with generation."""
     created = await c.create_topic(topic, 2)
@@ -50,7 +50,7 @@ async def current_sdk_consumer(c: CursusClient, topic: str, want: int) -> list[b
 async def test_both_generations_on_one_auto_listener(tmp_path):
     async with cursus_gateway(tmp_path) as (host, port):
         addr = f"{host}:{port}"
-        async with await CursusClient.connect(host, port, dialect="2026") as current:
+        async with await CursusClient.connect(host, port, dialect="2026-08") as current:
             await current.create_topic("mixed", 2)
             acked = await trio.to_thread.run_sync(produce, addr, "mixed", 10, 2)
             assert acked == 10
@@ -62,7 +62,7 @@ async def test_both_generations_on_one_auto_listener(tmp_path):
 
 async def test_in_repo_client_in_the_older_dialect(tmp_path):
     async with cursus_gateway(tmp_path) as (host, port):
-        async with await CursusClient.connect(host, port, dialect="2025") as c:
+        async with await CursusClient.connect(host, port, dialect="2026-04") as c:
             assert await c.create_topic("old", 2) == "Topic 'old' now has 2 partitions"
             joined = await c.join_group("old", "g", "java")
             assert await c.sync_group("old", "g", joined.member, joined.generation) == [0, 1]
@@ -76,8 +76,8 @@ async def test_in_repo_client_in_the_older_dialect(tmp_path):
             assert left == "\u2705 Left group 'g'"
 
 
-async def test_cursus_client_also_works_on_a_2026_listener(tmp_path):
-    async with cursus_gateway(tmp_path, dialect="2026") as (host, port):
+async def test_cursus_client_also_works_on_a_2026_08_listener(tmp_path):
+    async with cursus_gateway(tmp_path, dialect="2026-08") as (host, port):
         addr = f"{host}:{port}"
         assert await trio.to_thread.run_sync(produce, addr, "t", 10, 2) == 10
         for mode in (ConsumerMode.POLLING, ConsumerMode.STREAMING):

@@ -1,6 +1,6 @@
-"""The current broker's dialect (``dialect = "2026"``): the exchanges of vectors_2026.py replayed
-byte for byte in both roles (the gateway as the broker, the in-repo client as the SDK), and the
-per-connection choice of ``dialect = "auto"``."""
+"""The current broker's dialect (``dialect = "2026-08"``): the exchanges of vectors_2026_08.py
+replayed byte for byte in both roles (the gateway as the broker, the in-repo client as the SDK),
+and the per-connection choice of ``dialect = "auto"``."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from gateway.config import ConfigError, parse_config
 from gateway.protocols.cursus import codec
 from gateway.protocols.cursus.client import CursusClient, CursusError, Joined
 from gateway.protocols.cursus.codec import FrameBuffer
-from gateway.protocols.cursus.dialect import marks_2026
+from gateway.protocols.cursus.dialect import marks_2026_08
 from gateway.protocols.cursus.gotext import go_parse_error, go_quote
 from tests.support import make_config
 
 from .conftest import cursus_gateway
-from .vectors_2026 import DEFAULT_POLICY, SCENARIO
+from .vectors_2026_08 import DEFAULT_POLICY, SCENARIO
 
 
 def envelope(request: str) -> str:
@@ -60,7 +60,7 @@ async def replay(c: CursusClient, host: str, port: int) -> dict[str, str]:
 
 
 async def test_gateway_answers_the_2026_vectors(tmp_path):
-    async with cursus_gateway(tmp_path, dialect="2026") as addr:
+    async with cursus_gateway(tmp_path, dialect="2026-08") as addr:
         async with await CursusClient.connect(*addr) as c:
             members = await replay(c, *addr)
     assert set(members) == {"m1", "m2"}
@@ -86,7 +86,7 @@ async def test_auto_switches_a_connection_on_the_current_sdks_create(tmp_path):
 
 
 async def test_a_fixed_2025_dialect_ignores_the_markers(tmp_path):
-    async with cursus_gateway(tmp_path, dialect="2025") as addr:
+    async with cursus_gateway(tmp_path, dialect="2026-04") as addr:
         async with await CursusClient.connect(*addr) as c:
             assert await c.text("CREATE topic=t partitions=2 idempotent=false", "admin") == (
                 "Topic 't' now has 2 partitions"
@@ -102,12 +102,12 @@ def test_dialect_option_is_checked(tmp_path):
 
 
 def test_markers_and_go_quote():
-    assert marks_2026("CREATE TOPIC=T IDEMPOTENT=FALSE", "CREATE topic=t idempotent=false")
-    assert not marks_2026("CREATE TOPIC=T PARTITIONS=2", "CREATE topic=t partitions=2")
-    assert marks_2026("LEAVE_GROUP T", "LEAVE_GROUP topic=t group=g member=m generation=3")
-    assert not marks_2026("LEAVE_GROUP T", "LEAVE_GROUP topic=t group=g member=m")
-    assert not marks_2026("CONSUME T", "CONSUME topic=t partition=0 offset=0 member=m batch=10")
-    assert not marks_2026("HEARTBEAT T", "HEARTBEAT topic=t group=g member=m generation=1")
+    assert marks_2026_08("CREATE TOPIC=T IDEMPOTENT=FALSE", "CREATE topic=t idempotent=false")
+    assert not marks_2026_08("CREATE TOPIC=T PARTITIONS=2", "CREATE topic=t partitions=2")
+    assert marks_2026_08("LEAVE_GROUP T", "LEAVE_GROUP topic=t group=g member=m generation=3")
+    assert not marks_2026_08("LEAVE_GROUP T", "LEAVE_GROUP topic=t group=g member=m")
+    assert not marks_2026_08("CONSUME T", "CONSUME topic=t partition=0 offset=0 member=m batch=10")
+    assert not marks_2026_08("HEARTBEAT T", "HEARTBEAT topic=t group=g member=m generation=1")
     assert go_quote('a"b\\c\n\x01é') == '"a\\"b\\\\c\\n\\x01é"'
     assert go_parse_error("ParseUint", "-1") == 'strconv.ParseUint: parsing "-1": invalid syntax'
     assert go_parse_error("Atoi", "9" * 20) == (
@@ -150,7 +150,7 @@ async def test_in_repo_client_speaks_2026_against_the_vectors():
     client_end, broker_end = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(broker.serve, broker_end)
-        c = CursusClient(client_end, dialect="2026")
+        c = CursusClient(client_end, dialect="2026-08")
         assert await c.create_topic("orders", 2) == f"OK topic=orders partitions=2 {DEFAULT_POLICY}"
         with pytest.raises(CursusError) as err:
             await c.fetch_offset("orders", 0, "g1")

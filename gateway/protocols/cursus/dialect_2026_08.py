@@ -1,4 +1,4 @@
-"""The commands whose replies differ in the current broker's dialect (``dialect = "2026"``):
+"""The commands whose replies differ in the current broker's dialect (``dialect = "2026-08"``):
 CREATE, DELETE, REGISTER_GROUP, JOIN_GROUP, SYNC_GROUP, LEAVE_GROUP, HEARTBEAT, COMMIT_OFFSET,
 BATCH_COMMIT and FETCH_OFFSET.
 
@@ -6,7 +6,7 @@ Each handler answers as the current upstream broker's command handlers do in sta
 ``OK key=value ...`` on success, ``ERROR: snake_case_token key=value ...`` on failure, checks in
 the broker's order, group commands fenced by ``generation=`` and ``member=``. The table of
 replies is in docs/cursus.md. Mixed into
-:class:`~gateway.protocols.cursus.session.CursusSession` next to the ``2025`` handlers.
+:class:`~gateway.protocols.cursus.session.CursusSession` next to the ``2026-04`` handlers.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def _missing(what: str, command: str) -> str:
     return f"ERROR: missing_{what} command={command}"
 
 
-class Commands2026:
+class CommandsAug2026:
     """The topic and group commands in the current broker's dialect. The session provides the
     attributes below and the group look-ups of
     :class:`~gateway.protocols.cursus.groups.GroupCommands`."""
@@ -180,7 +180,7 @@ class Commands2026:
     _publish_record: Callable[..., Awaitable[str | bytes]]
 
     # ------------------------------------------------------------------ CREATE
-    async def _create_2026(self, args_text: str) -> str:
+    async def _create_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
         topic = args.get("topic", "")
         if not topic:
@@ -259,7 +259,7 @@ class Commands2026:
         return existing
 
     # ------------------------------------------------------------------ PUBLISH
-    async def _publish_2026(self, args_text: str) -> str | bytes:
+    async def _publish_2026_08(self, args_text: str) -> str | bytes:
         """handlePublish (standalone): the checks in the broker's order; ``partition=`` names
         the partition, else ``key=`` picks it by FNV-1a on a ``hash_key`` topic, else round
         robin (an idempotent producer without either: its producer id's partition)."""
@@ -313,7 +313,7 @@ class Commands2026:
         )
         return await self._publish_record(topic, info, msg, acks, idempotent, partition)
 
-    async def _delete_2026(self, args_text: str) -> str:
+    async def _delete_2026_08(self, args_text: str) -> str:
         topic = codec.parse_params(args_text).get("topic", "")
         if not topic:
             return 'ERROR: missing_topic expected="DELETE topic=<name>"'
@@ -328,7 +328,7 @@ class Commands2026:
             return f"ERROR: delete_topic_failed topic={topic} reason={go_quote(exc.message)}"
         return f"OK topic={topic} deleted=true"
 
-    async def _register_group_2026(self, args_text: str) -> str:
+    async def _register_group_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
         if not args.get("topic"):
             return _missing("topic", "REGISTER_GROUP")
@@ -353,11 +353,11 @@ class Commands2026:
             return f"ERROR: register_group_failed reason={go_quote(reason)}"
         return f"OK group={group} topic={topic} registered=true"
 
-    async def _list_2026(self) -> str:
+    async def _list_2026_08(self) -> str:
         names = [t.name for t in await self.core.execute(ListTopics())]
         return f"OK count={len(names)} topics={','.join(names)}"
 
-    async def _describe_2026(self, args_text: str) -> str:
+    async def _describe_2026_08(self, args_text: str) -> str:
         topic = codec.parse_params(args_text).get("topic", "")
         if not topic:
             return 'ERROR: missing_topic expected="DESCRIBE topic=<name>"'
@@ -397,7 +397,7 @@ class Commands2026:
         }
         return json.dumps(meta, indent=2, ensure_ascii=False)
 
-    async def _metadata_2026(self, args_text: str) -> str:
+    async def _metadata_2026_08(self, args_text: str) -> str:
         topic = codec.parse_params(args_text).get("topic", "")
         if not topic:
             return "ERROR: missing_topic command=METADATA"
@@ -411,7 +411,7 @@ class Commands2026:
             f"epochs={','.join(['0'] * n)} {topic_policy(info).reply_fields()}"
         )
 
-    async def _find_coordinator_2026(self, args_text: str) -> str:
+    async def _find_coordinator_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
         kind = "group"
         if not args.get("group"):
@@ -455,7 +455,7 @@ class Commands2026:
             ), desc
         return "", desc
 
-    def _required_2026(self, command: str, args: dict[str, str], keys: tuple[str, ...]) -> str:
+    def _required_2026_08(self, command: str, args: dict[str, str], keys: tuple[str, ...]) -> str:
         for key in keys:
             if not args.get(key):
                 return _missing(key, command)
@@ -473,20 +473,20 @@ class Commands2026:
         return sorted(self._assigned(desc, member) or ())
 
     # ------------------------------------------------------------------ groups
-    async def _group_status_2026(self, args_text: str) -> str:
+    async def _group_status_2026_08(self, args_text: str) -> str:
         group = codec.parse_params(args_text).get("group", "")
         if not group:
             return _missing("group", "GROUP_STATUS")
-        reply = await self._group_status(args_text)  # the 2025 JSON, without "status"
+        reply = await self._group_status(args_text)  # the 2026-04 JSON, without "status"
         if not reply.startswith("{"):
             reason = f"group '{group}' not found"
             return f"ERROR: group_status_failed reason={go_quote(reason)}"
         status = {"status": "OK", **json.loads(reply)}
         return json.dumps(status, separators=(",", ":"), ensure_ascii=False)
 
-    async def _join_group_2026(self, args_text: str) -> str:
+    async def _join_group_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
-        missing = self._required_2026("JOIN_GROUP", args, ("topic", "group", "member"))
+        missing = self._required_2026_08("JOIN_GROUP", args, ("topic", "group", "member"))
         if missing:
             return missing
         topic, group, member = args["topic"], args["group"], args["member"]
@@ -530,9 +530,9 @@ class Commands2026:
         listed = go_list(assignments)
         return f"OK generation={joined.generation} member={member} assignments={listed}"
 
-    async def _sync_group_2026(self, args_text: str) -> str:
+    async def _sync_group_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
-        missing = self._required_2026("SYNC_GROUP", args, ("topic", "group", "member"))
+        missing = self._required_2026_08("SYNC_GROUP", args, ("topic", "group", "member"))
         if missing:
             return missing
         topic, group, member = args["topic"], args["group"], args["member"]
@@ -552,9 +552,9 @@ class Commands2026:
         assignments = go_list(self._sorted_assignments(desc, member))
         return f"OK generation={generation} member={member} assignments={assignments}"
 
-    async def _leave_group_2026(self, args_text: str) -> str:
+    async def _leave_group_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
-        missing = self._required_2026("LEAVE_GROUP", args, ("topic", "group", "member"))
+        missing = self._required_2026_08("LEAVE_GROUP", args, ("topic", "group", "member"))
         if missing:
             return missing
         topic, group, member = args["topic"], args["group"], args["member"]
@@ -578,9 +578,9 @@ class Commands2026:
         await self._describe_group(group)
         return f"OK group={group} member={member} left=true"
 
-    async def _heartbeat_2026(self, args_text: str) -> str:
+    async def _heartbeat_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
-        missing = self._required_2026("HEARTBEAT", args, ("topic", "group", "member"))
+        missing = self._required_2026_08("HEARTBEAT", args, ("topic", "group", "member"))
         if missing:
             return missing
         topic, group, member = args["topic"], args["group"], args["member"]
@@ -600,7 +600,7 @@ class Commands2026:
         return f"OK member={member} generation={generation}"
 
     # ------------------------------------------------------------------ offsets
-    async def _fetch_offset_2026(self, args_text: str) -> str:
+    async def _fetch_offset_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
         if not args.get("topic"):
             return _missing("topic", "FETCH_OFFSET")
@@ -622,7 +622,7 @@ class Commands2026:
         committed = await self.core.execute(FetchOffset(group, topic, partition))
         return f"OK offset={max(committed.offset, 0)}"
 
-    async def _commit_offset_2026(self, args_text: str) -> str:
+    async def _commit_offset_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
         validate_only = args.get("validate_only", "").lower() == "true"
         ownership_only = args.get("ownership_only", "").lower() == "true"
@@ -669,9 +669,9 @@ class Commands2026:
         await self.core.execute(CommitOffset(group, topic, partition, offset, generation, member))
         return "OK"
 
-    async def _batch_commit_2026(self, args_text: str) -> str:
+    async def _batch_commit_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
-        missing = self._required_2026(
+        missing = self._required_2026_08(
             "BATCH_COMMIT", args, ("topic", "group", "member", "generation")
         )
         if missing:

@@ -1,4 +1,4 @@
-"""Exchanges of the current Cursus broker dialect (``dialect = "2026"``), request and reply byte
+"""Exchanges of the current Cursus broker dialect (``dialect = "2026-08"``), request and reply byte
 for byte, in the order one scenario sends them.
 
 Every reply was derived by reading the upstream broker's source at commit ``4373c0a`` (the
