@@ -85,7 +85,7 @@ async def test_auto_switches_a_connection_on_the_current_sdks_create(tmp_path):
             assert await old.text("LIST") == "orders, t"
 
 
-async def test_a_fixed_2025_dialect_ignores_the_markers(tmp_path):
+async def test_a_fixed_2026_04_dialect_ignores_the_markers(tmp_path):
     async with cursus_gateway(tmp_path, dialect="2026-04") as addr:
         async with await CursusClient.connect(*addr) as c:
             assert await c.text("CREATE topic=t partitions=2 idempotent=false", "admin") == (
