@@ -57,7 +57,7 @@ from gateway.protocols.cursus.codec import (
 )
 from gateway.protocols.cursus.dialect import marks_2026_08
 from gateway.protocols.cursus.dialect_2026_08 import CommandsAug2026
-from gateway.protocols.cursus.gotext import go_atoi, go_uint, positional
+from gateway.protocols.cursus.gotext import go_atoi, go_quote, go_uint, positional
 from gateway.protocols.cursus.groups import GroupCommands
 from gateway.protocols.cursus.replies import ReplyFrame, build_reply_frame
 from gateway.protocols.cursus.state import DEFAULT_GROUP, state_for
@@ -405,11 +405,15 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
             batch = codec.decode_batch(body)
         except BatchDecodeError as exc:
             protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+            if self.dialect == "2026-08":
+                return Reply(f"ERROR: batch_decode_failed reason={go_quote(str(exc))}".encode())
             return Reply(f"ERROR: {exc}".encode())
         acks = batch.acks or "1"
         mode = ACKS.get(acks.lower())
         if mode is None:
             protocol_error(self.log, PROTOCOL, "bad_acks", acks=acks[:20])
+            if self.dialect == "2026-08":
+                return Reply(f"ERROR: invalid_acks value={acks}".encode())
             return Reply(
                 f"ERROR: invalid acks value in batch: {acks}. Expected -1 (all), 0, or 1".encode()
             )
@@ -418,7 +422,14 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
             return Reply(f"ERROR: topic_not_found topic={batch.topic}".encode())
         if not 0 <= batch.partition < info.partitions:
             return Reply(f"ERROR: partition_not_found partition={batch.partition}".encode())
+        # the 2026-08 broker answers acks 0 with a bare OK (2026-04 here: a JSON ack, which
+        # cursus-client 0.1.1 needs, or it resends for ever)
+        bare_ok = self.dialect == "2026-08" and acks == "0"
         if batch.count == 0:
+            if bare_ok:
+                return Reply(b"OK")
+            if self.dialect == "2026-08":
+                return Reply(b'ERROR: broker_error reason="empty batch messages"')
             return Reply(codec.encode_ack(Ack("ERROR", error="empty batch messages")))
         assert batch.starts is not None
         ts = now_us()
@@ -448,6 +459,8 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
                 return Reply(codec.encode_ack(ack))
             last_offset = 0  # an older retry: stored before, acknowledge it again
         labelled(RECORDS_IN, PROTOCOL).inc(batch.count)
+        if bare_ok:
+            return Reply(b"OK")
         return Reply(codec.encode_ack(Ack("OK", last_offset, epoch, pid, seq_start, seq_end)))
 
     # ------------------------------------------------------------------ consume

@@ -4,6 +4,7 @@ and the per-connection choice of ``dialect = "auto"``."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -13,7 +14,7 @@ import trio.testing
 from gateway.config import ConfigError, parse_config
 from gateway.protocols.cursus import codec
 from gateway.protocols.cursus.client import CursusClient, CursusError, Joined
-from gateway.protocols.cursus.codec import FrameBuffer
+from gateway.protocols.cursus.codec import FrameBuffer, Message
 from gateway.protocols.cursus.dialect import marks_2026_08
 from gateway.protocols.cursus.gotext import go_parse_error, go_quote
 from tests.support import make_config
@@ -188,3 +189,36 @@ def test_cursus_error_reads_tokens_and_fields():
     assert e.fields == {"reason": "offset regression group=g current=5 got=3"}
     assert CursusError("ERROR: invalid_partition").code == "invalid_partition"
     assert CursusError("ERROR: group 'g' not found").code == ""  # an older-dialect sentence
+
+
+async def test_batches_on_a_2026_08_listener(tmp_path):
+    """produce_handler.go HandleBatchMessage (standalone): decode errors and bad acks as tokens,
+    acks 0 answered with a bare OK, an empty batch a broker_error; the JSON ack is unchanged."""
+
+    def body(acks: str = "1", messages: int = 1) -> bytes:
+        msgs = [Message(seq=i + 1, producer_id=b"p", payload=b"xyz") for i in range(messages)]
+        return codec.encode_batch(codec.make_batch("orders", 0, msgs, acks=acks))
+
+    async def send(c: CursusClient, data: bytes) -> bytes:
+        await c.send_body(data)
+        return await c.read_frame() or b""
+
+    async with cursus_gateway(tmp_path, dialect="2026-08") as addr:
+        async with await CursusClient.connect(*addr) as c:
+            await c.text("CREATE topic=orders partitions=1 idempotent=false", "admin")
+            assert await send(c, body()) == (
+                b'{"status":"OK","last_offset":0,"producer_epoch":0,"producer_id":"p",'
+                b'"seq_start":1,"seq_end":1}'
+            )
+            assert await send(c, body(acks="0")) == b"OK"
+            assert await send(c, body(acks="2")) == b"ERROR: invalid_acks value=2"
+            assert await send(c, body()[:-20]) == (
+                b'ERROR: batch_decode_failed reason="failed to read message[0] payload length: '
+                b'unexpected EOF"'
+            )
+            assert await send(c, body(messages=0)) == (
+                b'ERROR: broker_error reason="empty batch messages"'
+            )
+            assert await send(c, body(acks="0", messages=0)) == b"OK"
+            desc = json.loads(await c.text("DESCRIBE topic=orders"))
+            assert desc["partitions"][0]["hwm"] == 2
