@@ -528,6 +528,8 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
     async def _consume(self, cmd: str) -> str | bytes | Reply:
         args = codec.parse_params(cmd[8:])
         if not all(args.get(k) for k in ("topic", "partition", "offset", "member")):
+            if self.dialect == "2026-08":
+                return "ERROR: invalid_consume_syntax"
             return "ERROR: invalid CONSUME syntax"
         a = self._common(args)
         if isinstance(a, str):
@@ -574,6 +576,8 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
     async def _stream(self, cmd: str) -> str | Reply:
         args = codec.parse_params(cmd[7:])
         if not (args.get("topic") and args.get("partition") and args.get("group")):
+            if self.dialect == "2026-08":
+                return "ERROR: invalid_stream_syntax"
             return "ERROR: invalid STREAM syntax"
         a = self._common(args)
         if isinstance(a, str):

@@ -109,6 +109,9 @@ SCENARIO: list[tuple[str, str]] = [
         "PUBLISH topic=orders producerId=p9 partition=5 message=m",
         "ERROR: partition_not_found partition=5",
     ),
+    # pkg/controller/consume_handler.go validateConsumeSyntax, validateStreamSyntax
+    ("CONSUME topic=orders partition=0 offset=0", "ERROR: invalid_consume_syntax"),
+    ("STREAM topic=orders partition=0", "ERROR: invalid_stream_syntax"),
     # pkg/controller/topic_query_handler.go handleList (formatTopicList), handleDescribeTopic
     # (json.MarshalIndent, two spaces; Policy's omitempty fields)
     ("LIST", "OK count=2 topics=orders,x"),
