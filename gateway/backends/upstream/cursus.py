@@ -31,7 +31,7 @@ from gateway.model import (
     TopicInfo,
 )
 from gateway.protocols.cursus import codec
-from gateway.protocols.cursus.client import CursusClient
+from gateway.protocols.cursus.client import CursusClient, ok_fields
 
 _CURSUS_HEADERS = (codec.RESERVED_HEADER_PREFIX + "cursus.",)
 _MEMBER = re.compile(r"member=(\S+)")
@@ -50,6 +50,14 @@ def _text_error(text: str, what: str) -> GatewayError:
     else:
         code = ErrorCode.INTERNAL
     return GatewayError(code, f"{what}: Cursus answered {text[:200]!r}")
+
+
+def _created(reply: str, partitions: int) -> bool:
+    """A CREATE reply saying the topic has ``partitions`` partitions, in either broker dialect:
+    ``Topic 'T' now has N partitions`` or ``OK topic=T partitions=N ...``."""
+    if reply.startswith("OK "):
+        return f"partitions={partitions}" in reply.split()
+    return f"now has {partitions} partitions" in reply
 
 
 class CursusUpstream(UpstreamBackend):
@@ -94,7 +102,7 @@ class CursusUpstream(UpstreamBackend):
         if name in {t.name for t in await self.list_topics()}:
             raise GatewayError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
         reply = await self._text(f"CREATE topic={self.up(name)} partitions={partitions}", False)
-        if "now has" not in reply:
+        if not _created(reply, partitions):
             raise _text_error(reply, f"CREATE {name}")
         self._topic_config[name] = tuple(config)
         self._members.pop(name, None)
@@ -102,10 +110,15 @@ class CursusUpstream(UpstreamBackend):
 
     async def list_topics(self) -> list[TopicInfo]:
         reply = await self._text("LIST")
-        if reply == "(no topics)" or not reply:
+        if reply.startswith("OK "):  # the current broker: OK count=N topics=a,b
+            names = ok_fields(reply).get("topics", "")
+            upstream_names = names.split(",") if names else []
+        elif reply == "(no topics)" or not reply:
             return []
+        else:
+            upstream_names = reply.split(", ")
         out = []
-        for upstream_name in reply.split(", "):
+        for upstream_name in upstream_names:
             name = self.down(upstream_name)
             if name is not None:
                 out.append(self.info(name, len(await self._describe(name))))
@@ -124,7 +137,7 @@ class CursusUpstream(UpstreamBackend):
         current = len(await self._describe(name))
         total = current + count
         reply = await self._text(f"CREATE topic={self.up(name)} partitions={total}", False)
-        if f"now has {total} partitions" not in reply:
+        if not _created(reply, total):
             raise _text_error(reply, f"CREATE {name} partitions={total}")
         self._members.pop(name, None)  # the group must see the new partitions
         return self.info(name, total)

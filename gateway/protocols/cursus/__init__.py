@@ -1,13 +1,14 @@
 """The Cursus listener (cursus.md): text commands, binary batches, consumer groups, STREAM.
 
-It answers like the Go broker at ``c436b45`` (standalone mode) plus the newer dialect that the
-PyPI client cursus-client 0.1.1 needs (cursus.md section 9.6).
+It answers in two dialects (``dialect.py``): the older broker's, with what the PyPI client
+cursus-client 0.1.1 needs, and the current broker's (``dialect_2026_08.py``).
 
 Parts: ``codec.py`` (sans-IO framing, text commands, batches, acks; both roles), ``client.py``
 (the in-repo client), ``session.py`` (the connection: dispatch, produce, CONSUME, STREAM),
 ``topics.py`` and ``groups.py`` (the topic and consumer-group commands, mixed into the session),
-``state.py`` (group facts shared by connections), ``gotext.py`` (command words read and written
-as Go does), ``replies.py`` (the CONSUME/STREAM reply frame).
+``dialect.py`` and ``dialect_2026_08.py`` (the reply dialects), ``state.py`` (group facts shared by
+connections), ``gotext.py`` (command words read and written as Go does), ``replies.py`` (the
+CONSUME/STREAM reply frame), ``producers.py`` (durable idempotent-producer state).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
 from gateway.protocols.cursus.codec import COMPRESSIONS
+from gateway.protocols.cursus.dialect import DIALECTS
 
 FETCH_OFFSET_REPLIES = ("ok", "integer")
 
@@ -31,11 +33,19 @@ class CursusListenerConfig(ListenerConfig):
     fetch_offset_reply: str = "ok"
     """FETCH_OFFSET reply format: ``ok`` = ``OK offset=N`` (cursus-client 0.1.1, the newer broker);
     ``integer`` = a plain ``N`` (the April 2026 broker, Java SDK, April Python SDK)."""
+    dialect: str = "auto"
+    """Reply dialect (docs/cursus.md): ``2026-04`` = the broker the older Go SDK and cursus-client
+    0.1.1 were written against; ``2026-08`` = the current broker (``OK key=value`` /
+    ``ERROR: token key=value``, generation-fenced group commands); ``auto`` = ``2026-04`` until a
+    connection sends a command only the current SDK sends, then ``2026-08`` on that connection."""
     default_partitions: int = 4
     """Partitions of ``CREATE topic=T`` without ``partitions=`` (the broker's default is 4)."""
     session_timeout_ms: int = 10_000
     """A group member without a heartbeat (HEARTBEAT, CONSUME) for this long is removed and the
     group rebalances (the broker's ``consumer-session-timeout`` default)."""
+    max_idempotent_producers: int = 100_000
+    """Idempotent-producer states kept (per topic, partition and producer id, in the backend's
+    key-value store); past it the state written longest ago is dropped."""
     stream_keepalive_ms: int = 5_000
     """STREAM sends an empty frame after this much silence."""
     stream_commit_interval_ms: int = 5_000
@@ -52,11 +62,14 @@ class CursusListenerConfig(ListenerConfig):
                 f"fetch_offset_reply: got {self.fetch_offset_reply!r}, expected one of "
                 f"{FETCH_OFFSET_REPLIES}"
             )
+        if self.dialect not in DIALECTS:
+            problems.append(f"dialect: got {self.dialect!r}, expected one of {DIALECTS}")
         if not 1 <= self.default_partitions <= 100_000:
             problems.append(
                 f"default_partitions: got {self.default_partitions}, expected 1..100000"
             )
-        for name in ("session_timeout_ms", "stream_keepalive_ms", "stream_commit_interval_ms"):
+        for name in ("session_timeout_ms", "stream_keepalive_ms", "stream_commit_interval_ms",
+                     "max_idempotent_producers"):  # fmt: skip
             if getattr(self, name) <= 0:
                 problems.append(f"{name}: got {getattr(self, name)}, expected a positive integer")
         if not 1 <= self.max_frame_bytes <= 0xFFFFFFFF:
@@ -74,5 +87,5 @@ PROTOCOL = ProtocolSpec(
     "cursus",
     CursusListenerConfig,
     _handle,
-    "Cursus broker protocol (text commands + 0xBA7C binary batches), cursus-client 0.1.1 dialect",
+    "Cursus broker protocol (text commands + 0xBA7C binary batches), both broker dialects",
 )

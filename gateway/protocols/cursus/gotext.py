@@ -1,8 +1,9 @@
 """The words of a Cursus text command, read and written as the Go broker does.
 
 ``positional`` rewrites the Java SDK's positional syntax to the broker's key=value form;
-``go_atoi`` and ``go_uint`` parse numbers as Go's strconv does; ``go_list`` and ``go_time`` format
-lists and times as Go's fmt and time do, for the replies.
+``go_atoi`` and ``go_uint`` parse numbers as Go's strconv does (``go_parse_error``: its error
+text); ``go_list``, ``go_time`` and ``go_quote`` format lists, times and quoted strings as Go's
+fmt, time and strconv do, for the replies; ``fnv1a64`` is the broker's key hash.
 """
 
 from __future__ import annotations
@@ -71,6 +72,57 @@ def go_uint(text: str | None) -> int | None:
         return None
     value = int(text)
     return value if value < 2**64 else None
+
+
+_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    "\\": "\\\\",
+    '"': '\\"',
+}
+
+
+def go_quote(text: str) -> str:
+    """Go's ``strconv.Quote`` (``%q``) of a string: printable characters as they are, the usual
+    backslash escapes, other control bytes as ``\\xNN`` and other non-printable characters as
+    ``\\uNNNN`` / ``\\UNNNNNNNN``."""
+    out = ['"']
+    for ch in text:
+        esc = _ESCAPES.get(ch)
+        if esc is not None:
+            out.append(esc)
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def go_parse_error(func: str, text: str) -> str:
+    """The error text of a failed strconv parse (``func``: ``Atoi``, ``ParseInt`` or
+    ``ParseUint``): a well-formed number that does not fit is out of range, anything else is
+    invalid syntax."""
+    fits_syntax = (_UINT if func == "ParseUint" else _INT).match(text)
+    why = "value out of range" if fits_syntax else "invalid syntax"
+    return f"strconv.{func}: parsing {go_quote(text)}: {why}"
+
+
+def fnv1a64(data: bytes) -> int:
+    """FNV-1a, 64 bits (Go's hash/fnv New64a): the broker's key hash for partitions."""
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
 
 
 def go_list(values: list[int] | tuple[int, ...]) -> str:

@@ -5,7 +5,9 @@ and cursus.md section 9.6 ask for the newer dialect that cursus-client 0.1.1 nee
 ``OK offset=N`` (a listener option), METADATA, FIND_COORDINATOR, rebalance tokens (GEN_MISMATCH,
 member_not_found, NOT_OWNER) from HEARTBEAT and commits, an error reply for a batch to an unknown
 topic, the batch header's partition honoured, ``last_offset`` = last assigned offset, a JSON ack
-for acks 0 and ``STREAM_CONTROL`` before a stream closes.
+for acks 0 and ``STREAM_CONTROL`` before a stream closes. That is the ``2026-04`` dialect; a
+connection in the current broker's ``2026-08`` dialect (dialect.py) has the topic and group commands
+answered by dialect_2026_08.py instead. Idempotent produces go through producers.py (durable state).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from gateway.observability import (
     REQUEST_LATENCY,
     REQUESTS,
     labelled,
+    limit_hit,
     protocol_error,
 )
 from gateway.protocols.cursus import codec
@@ -52,9 +55,11 @@ from gateway.protocols.cursus.codec import (
     FrameBuffer,
     RemoteProtocolError,
 )
-from gateway.protocols.cursus.gotext import go_atoi, go_uint, positional
+from gateway.protocols.cursus.dialect import marks_2026_08
+from gateway.protocols.cursus.dialect_2026_08 import CommandsAug2026
+from gateway.protocols.cursus.gotext import go_atoi, go_quote, go_uint, positional
 from gateway.protocols.cursus.groups import GroupCommands
-from gateway.protocols.cursus.replies import build_reply_frame
+from gateway.protocols.cursus.replies import ReplyFrame, build_reply_frame
 from gateway.protocols.cursus.state import DEFAULT_GROUP, state_for
 from gateway.protocols.cursus.topics import H_IDEMPOTENT, TopicCommands
 from gateway.streams import ConnectionTimeout
@@ -62,7 +67,6 @@ from gateway.streams import ConnectionTimeout
 PROTOCOL = "cursus"
 RECV_BYTES = 1 << 18
 DEFAULT_MAX_POLL_RECORDS = 8192
-MAX_REPLY_BYTES = 32 << 20
 
 MALFORMED = "ERROR: malformed input - missing topic or payload"
 
@@ -140,7 +144,7 @@ class CommonArgs:
 # ---------------------------------------------------------------------------------- session
 
 
-class CursusSession(TopicCommands, GroupCommands):
+class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.core = ctx.core
@@ -166,6 +170,25 @@ class CursusSession(TopicCommands, GroupCommands):
             "METADATA ": self._metadata,
             "FIND_COORDINATOR ": self._find_coordinator,
         }
+        # the commands whose replies differ in the current broker's dialect (dialect.py)
+        self._handlers_2026_08 = {
+            "CREATE ": self._create_2026_08,
+            "DELETE ": self._delete_2026_08,
+            "PUBLISH ": self._publish_2026_08,
+            "REGISTER_GROUP ": self._register_group_2026_08,
+            "JOIN_GROUP ": self._join_group_2026_08,
+            "SYNC_GROUP ": self._sync_group_2026_08,
+            "LEAVE_GROUP ": self._leave_group_2026_08,
+            "HEARTBEAT ": self._heartbeat_2026_08,
+            "COMMIT_OFFSET ": self._commit_offset_2026_08,
+            "BATCH_COMMIT ": self._batch_commit_2026_08,
+            "FETCH_OFFSET ": self._fetch_offset_2026_08,
+            "DESCRIBE ": self._describe_2026_08,
+            "GROUP_STATUS ": self._group_status_2026_08,
+            "METADATA ": self._metadata_2026_08,
+            "FIND_COORDINATOR ": self._find_coordinator_2026_08,
+        }
+        self.dialect = "2026-08" if self.cfg.dialect == "2026-08" else "2026-04"
 
     # ------------------------------------------------------------------ connection loop
     async def serve(self, stream: trio.abc.Stream) -> None:
@@ -257,6 +280,8 @@ class CursusSession(TopicCommands, GroupCommands):
         return result if isinstance(result, Reply) else Reply(_bytes(result))
 
     async def _command(self, cmd: str, upper: str) -> str | bytes | Reply:
+        if self.dialect == "2026-04" and self.cfg.dialect == "auto" and marks_2026_08(upper, cmd):
+            self.dialect = "2026-08"  # this connection speaks the current SDK from now on
         if upper.startswith("STREAM "):
             self._api = "stream"
             return await self._stream(cmd)
@@ -269,7 +294,12 @@ class CursusSession(TopicCommands, GroupCommands):
                 return HELP
             if upper == "LIST_CLUSTER":
                 return "ERROR: distribution not enabled"
-            return await self._list()
+            return await (self._list_2026_08() if self.dialect == "2026-08" else self._list())
+        handlers = self._handlers_2026_08 if self.dialect == "2026-08" else self._handlers
+        for prefix, handler in handlers.items():
+            if upper.startswith(prefix):
+                self._api = prefix.strip().lower()
+                return await handler(cmd[len(prefix) :])
         for prefix, handler in self._handlers.items():
             if upper.startswith(prefix):
                 self._api = prefix.strip().lower()
@@ -332,40 +362,58 @@ class CursusSession(TopicCommands, GroupCommands):
         msg = codec.Message(
             seq=seq, producer_id=producer_id.encode(), epoch=epoch, payload=message.encode()
         )
+        return await self._publish_record(topic, info, msg, acks, idempotent, None)
+
+    async def _publish_record(
+        self,
+        topic: str,
+        info: TopicInfo,
+        msg: codec.Message,
+        acks: str,
+        idempotent: bool,
+        partition: int | None,
+    ) -> str | bytes:
+        """Store one PUBLISH record and answer it (both dialects). Without ``partition``: the
+        producer id's partition when idempotent (so a retry meets its state), else round robin."""
         record = codec.message_to_record(msg, now_us())
-        idem = idempotent or info.get(H_IDEMPOTENT) == "true"
+        producer_id = msg.producer_id.decode("utf-8", "replace")
+        mode = ACKS[acks.lower()]
         try:
-            result = await self.core.execute(
-                Produce(
-                    topic,
-                    RecordBatch([record]),
-                    partition=partition_for_key(producer_id.encode(), info.partitions)
-                    if idem
-                    else None,
-                    partitioning=Partitioning.ROUND_ROBIN,
-                    acks=ACKS[acks.lower()],
-                    producer_id=producer_id if idem else None,
-                    producer_epoch=epoch,
-                    sequence=seq if idem else None,
-                )
-            )
+            if idempotent or info.get(H_IDEMPOTENT) == "true":
+                if partition is None:
+                    partition = partition_for_key(msg.producer_id, info.partitions)
+                cmd = Produce(topic, RecordBatch([record]), partition=partition, acks=mode)
+                result = await self.state.producers.produce(
+                    self.core, cmd, producer_id, msg.epoch, msg.seq, 1,
+                    self.cfg.max_idempotent_producers,
+                )  # fmt: skip
+            else:
+                result = await self.core.execute(
+                    Produce(topic, RecordBatch([record]), partition=partition,
+                            partitioning=Partitioning.ROUND_ROBIN, acks=mode)
+                )  # fmt: skip
         except GatewayError as exc:
             return codec.encode_ack(Ack("ERROR", error=_idempotence_error(exc)))
         labelled(RECORDS_IN, PROTOCOL).inc()
         if acks == "0":
             return "OK"
-        return codec.encode_ack(Ack("OK", result.last_offset, epoch, producer_id, seq, seq))
+        seq = msg.seq
+        return codec.encode_ack(Ack("OK", result.last_offset, msg.epoch, producer_id, seq, seq))
 
     async def _batch(self, body: bytes) -> Reply:
         try:
             batch = codec.decode_batch(body)
         except BatchDecodeError as exc:
             protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
+            if self.dialect == "2026-08":
+                return Reply(f"ERROR: batch_decode_failed reason={go_quote(str(exc))}".encode())
             return Reply(f"ERROR: {exc}".encode())
         acks = batch.acks or "1"
         mode = ACKS.get(acks.lower())
         if mode is None:
             protocol_error(self.log, PROTOCOL, "bad_acks", acks=acks[:20])
+            if self.dialect == "2026-08":
+                return Reply(f"ERROR: invalid_acks value={acks}".encode())
             return Reply(
                 f"ERROR: invalid acks value in batch: {acks}. Expected -1 (all), 0, or 1".encode()
             )
@@ -374,7 +422,14 @@ class CursusSession(TopicCommands, GroupCommands):
             return Reply(f"ERROR: topic_not_found topic={batch.topic}".encode())
         if not 0 <= batch.partition < info.partitions:
             return Reply(f"ERROR: partition_not_found partition={batch.partition}".encode())
+        # the 2026-08 broker answers acks 0 with a bare OK (2026-04 here: a JSON ack, which
+        # cursus-client 0.1.1 needs, or it resends for ever)
+        bare_ok = self.dialect == "2026-08" and acks == "0"
         if batch.count == 0:
+            if bare_ok:
+                return Reply(b"OK")
+            if self.dialect == "2026-08":
+                return Reply(b'ERROR: broker_error reason="empty batch messages"')
             return Reply(codec.encode_ack(Ack("ERROR", error="empty batch messages")))
         assert batch.starts is not None
         ts = now_us()
@@ -388,18 +443,15 @@ class CursusSession(TopicCommands, GroupCommands):
         seq_end, producer_id, epoch = codec.message_ids(batch.body, batch.starts[-1])
         pid = producer_id.decode("utf-8", "replace")
         idem = (batch.idempotent or info.get(H_IDEMPOTENT) == "true") and bool(pid)
+        cmd = Produce(batch.topic, records, partition=batch.partition, acks=mode)
         try:
-            result = await self.core.execute(
-                Produce(
-                    batch.topic,
-                    records,
-                    partition=batch.partition,
-                    acks=mode,
-                    producer_id=pid if idem else None,
-                    producer_epoch=epoch,
-                    sequence=seq_start if idem else None,
-                )
-            )
+            if idem:
+                result = await self.state.producers.produce(
+                    self.core, cmd, pid, epoch, seq_start, batch.count,
+                    self.cfg.max_idempotent_producers,
+                )  # fmt: skip
+            else:
+                result = await self.core.execute(cmd)
             last_offset = result.last_offset
         except GatewayError as exc:
             if exc.code is not ErrorCode.DUPLICATE_SEQUENCE:
@@ -407,6 +459,8 @@ class CursusSession(TopicCommands, GroupCommands):
                 return Reply(codec.encode_ack(ack))
             last_offset = 0  # an older retry: stored before, acknowledge it again
         labelled(RECORDS_IN, PROTOCOL).inc(batch.count)
+        if bare_ok:
+            return Reply(b"OK")
         return Reply(codec.encode_ack(Ack("OK", last_offset, epoch, pid, seq_start, seq_end)))
 
     # ------------------------------------------------------------------ consume
@@ -466,7 +520,7 @@ class CursusSession(TopicCommands, GroupCommands):
                 a.partition,
                 offset,
                 max_records=a.batch,
-                max_bytes=min(MAX_REPLY_BYTES, self.cfg.max_frame_bytes),
+                max_bytes=self.cfg.max_answer_bytes,
                 max_wait_ms=wait_ms,
             )
         )
@@ -474,6 +528,8 @@ class CursusSession(TopicCommands, GroupCommands):
     async def _consume(self, cmd: str) -> str | bytes | Reply:
         args = codec.parse_params(cmd[8:])
         if not all(args.get(k) for k in ("topic", "partition", "offset", "member")):
+            if self.dialect == "2026-08":
+                return "ERROR: invalid_consume_syntax"
             return "ERROR: invalid CONSUME syntax"
         a = self._common(args)
         if isinstance(a, str):
@@ -504,14 +560,24 @@ class CursusSession(TopicCommands, GroupCommands):
                 rng = await self._out_of_range(a.topic, a.partition, a.offset)
                 return f"ERROR: OFFSET_OUT_OF_RANGE {rng}"
             raise
-        n = result.count
-        if n:
-            labelled(RECORDS_OUT, PROTOCOL).inc(n)
-        return Reply(build_reply_frame(a.topic, a.partition, result.batches), framed=True)
+        reply = self._reply_frame(a.topic, a.partition, result)
+        if reply.count:
+            labelled(RECORDS_OUT, PROTOCOL).inc(reply.count)
+        return Reply(reply.frame, framed=True)
+
+    def _reply_frame(self, topic: str, partition: int, result: FetchResult) -> ReplyFrame:
+        """The reply batch, cut at ``max_answer_bytes`` (the rest is read by the next request)."""
+        reply = build_reply_frame(topic, partition, result.batches, self.cfg.max_answer_bytes)
+        if reply.capped:
+            limit_hit("max_answer_bytes", PROTOCOL, self.log, topic=topic, partition=partition,
+                      max_answer_bytes=self.cfg.max_answer_bytes)  # fmt: skip
+        return reply
 
     async def _stream(self, cmd: str) -> str | Reply:
         args = codec.parse_params(cmd[7:])
         if not (args.get("topic") and args.get("partition") and args.get("group")):
+            if self.dialect == "2026-08":
+                return "ERROR: invalid_stream_syntax"
             return "ERROR: invalid STREAM syntax"
         a = self._common(args)
         if isinstance(a, str):
@@ -596,12 +662,12 @@ class CursusSession(TopicCommands, GroupCommands):
                     return "offset_out_of_range"
                 await stream.send_all(codec.frame(_control("CLOSE", "error", spec.offset)))
                 return "error"
-            if result.count:
-                out = build_reply_frame(spec.topic, spec.partition, result.batches)
-                await stream.send_all(out)
-                bytes_out.inc(len(out))
-                records_out.inc(result.count)
-                spec.offset = result.batches[-1].last_offset + 1
+            reply = self._reply_frame(spec.topic, spec.partition, result) if result.count else None
+            if reply is not None and reply.count:
+                await stream.send_all(reply.frame)
+                bytes_out.inc(len(reply.frame))
+                records_out.inc(reply.count)
+                spec.offset = reply.last_offset + 1
                 next_keepalive = trio.current_time() + keepalive
             now = trio.current_time()
             if now >= next_keepalive:

@@ -13,6 +13,7 @@ from typing import Any
 
 from gateway.model import GroupDescription
 from gateway.protocols.base import PerCore
+from gateway.protocols.cursus.producers import DurableProducers
 
 DEFAULT_GROUP = "default-group"  # CONSUME and STREAM without group=; CREATE binds it
 
@@ -30,6 +31,7 @@ class CursusState:
     groups: dict[str, GroupBinding] = field(default_factory=dict)
     heartbeats: dict[tuple[str, str], float] = field(default_factory=dict)
     rebalances: dict[str, tuple[int, float]] = field(default_factory=dict)
+    producers: DurableProducers = field(default_factory=DurableProducers)
 
     def saw(self, desc: GroupDescription) -> None:
         known = self.rebalances.get(desc.group)
