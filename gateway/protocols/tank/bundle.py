@@ -379,6 +379,16 @@ def encode_bundle(
     return bytes(head) + body
 
 
+def encode_records(records: Sequence[Record], first_seq: int | None = None) -> bytes:
+    """An uncompressed bundle of model records (keys cut to TANK's 255 bytes, timestamps in
+    ms); SPARSE from ``first_seq`` when given (records after a gap in the offsets)."""
+    return encode_bundle(
+        [(_key(r.key), r.value, _ms(r.timestamp_us)) for r in records],
+        compress=False,
+        first_seq=first_seq,
+    )
+
+
 # ----------------------------------------------------------------------------- BatchCodec
 
 
@@ -388,9 +398,7 @@ class TankBundleCodec:
     name = "tank-bundle"
 
     def encode(self, records: Sequence[Record]) -> bytes:
-        return encode_bundle(
-            [(_key(r.key), r.value, _ms(r.timestamp_us)) for r in records], compress=False
-        )
+        return encode_records(records)
 
     def decode(self, data: bytes | memoryview, base_offset: int) -> list[Record]:
         end = len(data)

@@ -24,6 +24,7 @@ from gateway.protocols.tank.bundle import (
     M_USE_LAST_TS,
     TANK_BUNDLE,
     U64,
+    encode_records,
     varint,
 )
 from gateway.protocols.tank.codec import C_OK, ConsumePartitionResult
@@ -97,14 +98,17 @@ def bundle_from_canonical(block: bytes | memoryview, start: int, count: int) -> 
     return b"".join(parts)
 
 
-def bundle_within(window: RecordBatch, room: int, at_least_one: bool) -> tuple[bytes, int]:
+def bundle_within(
+    window: RecordBatch, room: int, at_least_one: bool, sparse: bool = False
+) -> tuple[bytes, int]:
     """(an uncompressed TANK bundle of the first records of ``window``, how many): as many as
     fit ``room`` bytes with their length prefix. When not even one fits: one anyway if
     ``at_least_one`` (a record larger than the fetch size is the client's to ask for with a
-    bigger one, as with the real broker), else nothing."""
+    bigger one, as with the real broker), else nothing. ``sparse``: a SPARSE bundle carrying
+    its sequence numbers (the window follows a gap in the offsets)."""
     count = window.count
-    room = max(0, room - BUNDLE_OVERHEAD)
-    found = window.encoded_window(CANONICAL)
+    room = max(0, room - BUNDLE_OVERHEAD - (9 + 5 if sparse else 0))
+    found = None if sparse else window.encoded_window(CANONICAL)
     if found is not None:
         block, start, stop = found
         if records_at(block)[0] == VERSION_STARTS:
@@ -117,7 +121,11 @@ def bundle_within(window: RecordBatch, room: int, at_least_one: bool) -> tuple[b
     per = max(1, window.size_bytes // max(1, count))
     n = max(1, min(count, room // per))
     while True:
-        bundle = TANK_BUNDLE.encode(window.slice(window.first_offset, n).records)
+        records = window.slice(window.first_offset, n).records
+        if sparse:
+            bundle = encode_records(records, first_seq=window.first_offset + 1)
+        else:
+            bundle = TANK_BUNDLE.encode(records)
         if len(bundle) <= room:
             return bundle, n
         if n == 1:
@@ -171,7 +179,10 @@ def fill_chunk(
             window.records  # noqa: B018 - decoded once here, shared by the slices below
         while at <= window.last_offset and size < fetch_size:
             part = window.slice(at)
-            block, n = bundle_within(part, fetch_size - size, at_least_one and not pieces)
+            # after a gap in the offsets (a Kafka cluster's transaction markers, say) the
+            # sequence numbers must be carried: consumers count on from the previous bundle
+            sparse = end >= 0 and at != end
+            block, n = bundle_within(part, fetch_size - size, at_least_one and not pieces, sparse)
             if not n:
                 break
             if base < 0:
