@@ -134,3 +134,58 @@ async def test_cursus_consume(cluster):
         assert got == committed
     finally:
         await client.aclose()
+
+
+def test_grpcio_subscribe_to_a_stop_offset(cluster):
+    """grpcio (Google's gRPC) subscribing through the Liftbridge listener: the committed
+    records at their offsets, then the server's end at the stop offset."""
+    import grpc
+
+    from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
+    from tests.protocols.liftbridge.grpc_stub import grpc_module
+
+    gw, topic, committed = cluster
+    host, port = gw.address("liftbridge")
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
+        api = grpc_module().APIStub(channel)
+        request = pb.SubscribeRequest(
+            stream=topic, startPosition=pb.OFFSET, startOffset=0,
+            stopPosition=pb.STOP_OFFSET, stopOffset=9,
+        )  # fmt: skip
+        got = []
+        with pytest.raises(grpc.RpcError) as end:
+            for m in api.Subscribe(request, timeout=20):
+                if m.value:  # the first message is the subscription's handshake
+                    got.append((m.offset, m.value.decode()))
+        assert end.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "Stop offset reached" in end.value.details()
+    assert got == committed
+
+
+def test_cursus_client_consumer(cluster):
+    """cursus-client 0.1.1 (the real Cursus client) in a consumer group."""
+    import threading
+
+    from cursus import Consumer, ConsumerConfig
+    from cursus.types import ConsumerMode
+
+    gw, topic, committed = cluster
+    host, port = gw.address("cursus")
+    config = ConsumerConfig(
+        brokers=[f"{host}:{port}"], topic=topic, group_id=f"real-{topic}",
+        mode=ConsumerMode.POLLING, heartbeat_interval_ms=500,
+    )  # fmt: skip
+    consumer = Consumer(config)
+    got = []
+    timer = threading.Timer(20, consumer.close)
+    timer.start()
+    try:
+        for m in consumer:
+            payload = m.payload if isinstance(m.payload, str) else m.payload.decode()
+            got.append((m.offset, payload))
+            if len(got) >= len(committed):
+                break
+    finally:
+        timer.cancel()
+        consumer.close()
+    assert got == committed
