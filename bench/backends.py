@@ -12,6 +12,10 @@ this one run:
   gateway -> nats      kcat (librdkafka 2.0.2) in 0.8.2 mode -> kafka08 listener -> JetStream
   gateway -> kafka     the same -> Tansu 0.6 (Kafka protocol, record batches v2)
   gateway -> embedded  the same -> the embedded log (the Kafka-backend target's baseline)
+  gateway -> kafka lz4 fetch only: confluent-kafka writes the records into Tansu straight, in
+                       lz4-compressed batches (as modern producers do), kcat in 0.8 mode reads
+                       them through the gateway; beside the fetch of "gateway -> kafka"
+                       (uncompressed batches the gateway wrote)
   nats-py direct       nats-py 2.16: JetStream publish_async (pipelined acks), then a pull
                        consumer (ack none) fetching batches of 1000
   librdkafka direct    confluent-kafka 2.16.1 (librdkafka 2.16.0, modern protocol) -> Tansu
@@ -54,12 +58,16 @@ from bench.common import (  # noqa: E402
 from tests.backends.servers import NatsServer, TansuServer  # noqa: E402
 
 VALUE_BYTES = 100
-ROWS = ("nats", "nats-py", "kafka", "librdkafka", "embedded")
+ROWS = ("nats", "nats-py", "kafka", "kafka-lz4", "librdkafka", "embedded")
 VENV_PY = ROOT / ".test-venvs" / "realbackends" / "bin" / "python"
 
 
 def gateway_run(
-    backend: dict, n: int, tmp: Path, broker_pid: int | None = None
+    backend: dict,
+    n: int,
+    tmp: Path,
+    broker_pid: int | None = None,
+    phases: tuple[str, ...] = ("produce", "fetch"),
 ) -> dict[str, float]:
     """Records/s of each phase, and the CPU seconds per 1000 records the gateway (and the
     broker behind it, when its pid is given) spent in it: ``<phase> gw cpu ms/krec``."""
@@ -68,7 +76,7 @@ def gateway_run(
         records.write_bytes((b"v" * VALUE_BYTES + b"\n") * n)
         commands = kcat_08_commands("kcat", f"127.0.0.1:{ports['kafka08']}", "bench", records, n)
         out = {}
-        for phase in ("produce", "fetch"):
+        for phase in phases:
             cpu0 = cpu_seconds(proc.pid)
             bcpu0 = cpu_seconds(broker_pid) if broker_pid else 0.0
             t0 = time.perf_counter()
@@ -156,6 +164,34 @@ LIBRDKAFKA = textwrap.dedent(
 )
 
 
+LZ4_PRODUCER = textwrap.dedent(
+    """
+    import json, sys, time
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("bench", 1, 1)])["bench"].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+                  "compression.type": "lz4", "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 2000000})
+    value = b"v" * size
+    t = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce("bench", value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    assert p.flush(60) == 0
+    print(json.dumps({"produce": n / (time.perf_counter() - t)}))
+    """
+)
+
+
 def direct(script: str, target: str, n: int) -> dict[str, float]:
     res = subprocess.run(
         [str(VENV_PY), "-c", script, target, str(n), str(VALUE_BYTES)],
@@ -223,6 +259,14 @@ def main() -> None:
                     assert tansu.proc is not None
                     backend = {"type": "kafka", "bootstrap": tansu.bootstrap}
                     best("gateway -> kafka", gateway_run(backend, kn, tmp / "gk", tansu.proc.pid))
+            if "kafka-lz4" in only:
+                with TansuServer() as tansu:
+                    (tmp / "gz").mkdir()
+                    assert tansu.proc is not None
+                    direct(LZ4_PRODUCER, tansu.bootstrap, kn)  # written straight into Tansu
+                    backend = {"type": "kafka", "bootstrap": tansu.bootstrap}
+                    result = gateway_run(backend, kn, tmp / "gz", tansu.proc.pid, ("fetch",))
+                    best("gateway -> kafka lz4", result)
             if "librdkafka" in only:
                 with TansuServer() as tansu:
                     best("librdkafka direct", direct(LIBRDKAFKA, tansu.bootstrap, kn))
@@ -246,10 +290,13 @@ def main() -> None:
         return text
 
     for name, r in rows.items():
+        produced = f"{r['produce']:>15,.0f}" if "produce" in r else f"{'-':>15}"
         print(
-            f"{name:<22}{r['produce']:>15,.0f}{r['fetch']:>14,.0f}"
-            f"{cpu(r, 'produce'):>21}{cpu(r, 'fetch'):>19}"
+            f"{name:<22}{produced}{r['fetch']:>14,.0f}{cpu(r, 'produce'):>21}{cpu(r, 'fetch'):>19}"
         )
+    if "gateway -> kafka lz4" in rows and "gateway -> kafka" in rows:
+        lz4_ratio = rows["gateway -> kafka lz4"]["fetch"] / rows["gateway -> kafka"]["fetch"]
+        print(f"fetch    lz4 batches (confluent-kafka) / uncompressed (gateway) = {lz4_ratio:.2f}")
     checks: dict[str, dict[str, float | bool]] = {}
     for phase in ("produce", "fetch"):
         check: dict[str, float | bool] = checks.setdefault(phase, {})
@@ -290,7 +337,8 @@ def main() -> None:
                     "load_average_1m_at_start": round(load[0], 2),
                 },
                 "records_per_s": {
-                    k: {p: round(r[p]) for p in ("produce", "fetch")} for k, r in rows.items()
+                    k: {p: round(r[p]) for p in ("produce", "fetch") if p in r}
+                    for k, r in rows.items()
                 },
                 "cpu_ms_per_1000_records": {
                     k: {p: round(v, 3) for p, v in r.items() if "cpu" in p}

@@ -859,7 +859,9 @@ class KafkaBackend(Backend):
             return out or None
         got = ahead.result
         left = max_records - sum(b.count for b in out)
-        following = self._batch_from(topic, partition, got, ahead.next_offset, left)
+        following = self._batch_from(
+            topic, partition, got, ahead.next_offset, left, ahead.max_bytes
+        )
         if not following or following[0].first_offset != ahead.next_offset:
             return out or None
         out.extend(following)

@@ -505,6 +505,16 @@ def _batches(
             yield base_offset, base_ts, count, buf, rpos, stop
 
 
+def _skip_record(buf: bytes, pos: int) -> tuple[int, int]:
+    """(where the record at ``pos`` ends, its offset delta), reading only the varints before
+    the offset delta: records before a read's first offset are passed over this way."""
+    read = _read_varint
+    length, body = read(buf, pos)
+    _ts_delta, at = read(buf, body + 1)  # after the attributes byte
+    off_delta, _ = read(buf, at)
+    return body + length, off_delta
+
+
 def _read_record(
     buf: bytes, pos: int
 ) -> tuple[int, int, int, int, int, int, int, list[tuple[bytes, bytes]]]:
@@ -799,6 +809,12 @@ def batches_to_canonical(
                     rpos += m * run.stride
                     i += m
                     continue
+                if base_offset + i < min_offset:  # offset deltas are >= the record's index
+                    end, off_delta = _skip_record(rbuf, rpos)
+                    if base_offset + off_delta < min_offset:
+                        rpos = end
+                        i += 1
+                        continue
                 rpos, ts_delta, off_delta, klen, kstart, vlen, vstart, raw = _read_record(
                     rbuf, rpos
                 )
