@@ -9,13 +9,24 @@ import structlog
 from gateway.fdlimit import raise_file_limit
 
 
+def _drop(_logger: object, _method: str, _event: dict) -> None:
+    raise structlog.DropEvent
+
+
 def test_the_soft_limit_is_raised_to_the_hard_limit_and_both_are_logged() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     low = min(soft, 256)
     resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
     try:
-        with structlog.testing.capture_logs() as logs:
-            got = raise_file_limit(structlog.get_logger())
+        # a logger of its own: the process-wide structlog configuration (another test's CLI
+        # call may have set it to warnings only) must not decide what this test sees
+        logs: list[dict] = []
+        logger = structlog.wrap_logger(
+            None,
+            processors=[lambda _l, _m, event: logs.append(event) or event, _drop],
+            wrapper_class=structlog.BoundLogger,
+        )
+        got = raise_file_limit(logger)
         expected = hard if hard != resource.RLIM_INFINITY else 1 << 20
         assert got == expected == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         [event] = logs
