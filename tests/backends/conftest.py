@@ -9,41 +9,19 @@ factory again with the same ``path`` is a restart. Adding a backend to the suite
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from gateway.backends.base import Backend
 from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
 from gateway.backends.memory import MemoryBackend
-from gateway.model import GatewayError
-from tests.backends.servers import kafka_backend, nats_backend
+from tests.backends.servers import kafka_backend, nats_backend, opened
 from tests.backends.upstream import upstream_factory
 
 BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
-
-
-@asynccontextmanager
-async def opened(backend: Backend) -> AsyncIterator[Backend]:
-    """Open ``backend`` with its own nursery; close it (and end its tasks) on exit."""
-    failure: GatewayError | None = None
-    async with trio.open_nursery() as nursery:
-        try:
-            await backend.open(nursery)
-        except GatewayError as exc:  # raised bare, not wrapped in the nursery's ExceptionGroup
-            failure = exc
-        else:
-            try:
-                yield backend
-            finally:
-                with trio.CancelScope(shield=True):
-                    await backend.close()
-                nursery.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
 
 
 def memory_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:

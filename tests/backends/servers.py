@@ -29,6 +29,7 @@ from typing import Any
 import trio
 
 from gateway.backends.base import Backend
+from gateway.model import GatewayError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -286,15 +287,23 @@ def _tag(path: Path) -> str:
 
 
 @asynccontextmanager
-async def _opened(backend: Backend) -> AsyncIterator[Backend]:
+async def opened(backend: Backend) -> AsyncIterator[Backend]:
+    """Open ``backend`` with its own nursery; close it (and end its tasks) on exit."""
+    failure: GatewayError | None = None
     async with trio.open_nursery() as nursery:
-        await backend.open(nursery)
         try:
-            yield backend
-        finally:
-            with trio.CancelScope(shield=True):
-                await backend.close()
-            nursery.cancel_scope.cancel()
+            await backend.open(nursery)
+        except GatewayError as exc:  # raised bare, not wrapped in the nursery's ExceptionGroup
+            failure = exc
+        else:
+            try:
+                yield backend
+            finally:
+                with trio.CancelScope(shield=True):
+                    await backend.close()
+                nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
 
 
 def nats_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:
@@ -305,7 +314,7 @@ def nats_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Back
     config = NatsConfig(
         url=shared_nats().url, stream_prefix=tag, subject_prefix=tag, kv_bucket=tag, **options
     )
-    return _opened(NatsBackend("nats", config))
+    return opened(NatsBackend("nats", config))
 
 
 def kafka_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:
@@ -315,4 +324,4 @@ def kafka_backend(path: Path, **options: Any) -> AbstractAsyncContextManager[Bac
     config = KafkaConfig(
         bootstrap=shared_tansu().bootstrap, kv_topic=f"__gw_kv_{_tag(path)}", **options
     )
-    return _opened(KafkaBackend("kafka", config))
+    return opened(KafkaBackend("kafka", config))

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import nkeys
@@ -20,20 +18,11 @@ from gateway.backends.nats import NatsBackend, NatsConfig
 from gateway.config import ConfigError
 from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
 from tests.backends.nats_accounts import operator_setup
-from tests.backends.servers import NatsServer, free_port
+from tests.backends.servers import NatsServer, free_port, opened
 
 
-@asynccontextmanager
-async def opened(config: NatsConfig) -> AsyncIterator[NatsBackend]:
-    backend = NatsBackend("nats", config)
-    async with trio.open_nursery() as nursery:
-        await backend.open(nursery)
-        try:
-            yield backend
-        finally:
-            with trio.CancelScope(shield=True):
-                await backend.close()
-            nursery.cancel_scope.cancel()
+def nats(config: NatsConfig) -> NatsBackend:
+    return NatsBackend("nats", config)
 
 
 def names(tag: str) -> dict[str, str]:
@@ -72,10 +61,10 @@ async def test_tls_with_a_ca_file_and_an_untrusted_certificate(server_factory, t
     pem = tmp_path / "server.pem"
     server = server_factory(f'tls {{ cert_file: "{pem}"\n key_file: "{pem}" }}\n')
     ok = NatsConfig(url=server.url, tls=True, tls_ca_file=str(tmp_path / "ca.pem"), **names("tls"))
-    async with opened(ok) as backend:
+    async with opened(nats(ok)) as backend:
         await round_trip(backend)
     bad = NatsConfig(url=server.url, tls_ca_file=str(tmp_path / "other-ca.pem"), **names("tls2"))
-    async with opened(bad) as backend:
+    async with opened(nats(bad)) as backend:
         healthy, reason = await backend.health()
         assert not healthy
         assert "certificate verify failed" in reason and server.url.split("//")[1] in reason
@@ -83,17 +72,19 @@ async def test_tls_with_a_ca_file_and_an_untrusted_certificate(server_factory, t
             await backend.create_topic("x", 1)
         assert info.value.code is ErrorCode.BACKEND_UNAVAILABLE
     plain = NatsConfig(url=server.url, connect_timeout_ms=500, **names("tls3"))
-    async with opened(plain) as backend:
+    async with opened(nats(plain)) as backend:
         healthy, reason = await backend.health()
         assert not healthy and "requires TLS" in reason
 
 
 async def test_user_and_password_and_a_wrong_password(server_factory):
     server = server_factory('authorization { user: "gw"\n password: "s3cret" }\n')
-    async with opened(NatsConfig(url=server.url, user="gw", password="s3cret", **names("up"))) as b:
+    async with opened(
+        nats(NatsConfig(url=server.url, user="gw", password="s3cret", **names("up")))
+    ) as b:
         await round_trip(b)
     wrong = NatsConfig(url=server.url, user="gw", password="nope", **names("up2"))
-    async with opened(wrong) as backend:
+    async with opened(nats(wrong)) as backend:
         healthy, reason = await backend.health()
         assert not healthy and "Authorization Violation" in reason
         assert "nope" not in reason
@@ -101,7 +92,7 @@ async def test_user_and_password_and_a_wrong_password(server_factory):
 
 async def test_token(server_factory):
     server = server_factory('authorization { token: "t0ken" }\n')
-    async with opened(NatsConfig(url=server.url, token="t0ken", **names("tok"))) as backend:
+    async with opened(nats(NatsConfig(url=server.url, token="t0ken", **names("tok")))) as backend:
         await round_trip(backend)
 
 
@@ -111,7 +102,7 @@ async def test_nkey_seed_file(server_factory, tmp_path):
     (tmp_path / "user.nk").write_bytes(seed + b"\n")
     server = server_factory(f'authorization {{ users: [ {{ nkey: "{public}" }} ] }}\n')
     config = NatsConfig(url=server.url, nkey_seed_file=str(tmp_path / "user.nk"), **names("nk"))
-    async with opened(config) as backend:
+    async with opened(nats(config)) as backend:
         await round_trip(backend)
 
 
@@ -122,12 +113,14 @@ async def test_creds_file_in_operator_mode(server_factory, tmp_path):
     conf, creds = operator_setup(workdir)
     server = server_factory(conf)
     config = NatsConfig(url=server.url, creds_file=str(creds), **names("cr"))
-    async with opened(config) as backend:
+    async with opened(nats(config)) as backend:
         await round_trip(backend)
     other_workdir = tmp_path / "other"
     other_workdir.mkdir()
     _, foreign = operator_setup(other_workdir)  # a user of another operator
-    async with opened(NatsConfig(url=server.url, creds_file=str(foreign), **names("cr2"))) as b:
+    async with opened(
+        nats(NatsConfig(url=server.url, creds_file=str(foreign), **names("cr2")))
+    ) as b:
         healthy, reason = await b.health()
         assert not healthy and "Authorization Violation" in reason
 
@@ -171,7 +164,7 @@ async def test_three_node_cluster_loses_a_node_during_a_produce_loop(server_fact
             request_timeout_ms=3000,
             **names(f"cl{uuid.uuid4().hex[:4]}"),
         )
-        async with opened(config) as backend:
+        async with opened(nats(config)) as backend:
             topic = "replicated"
             with trio.fail_after(30):
                 while True:  # the cluster elects its meta leader first

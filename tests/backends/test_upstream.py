@@ -16,8 +16,7 @@ from gateway.backends.upstream.kafka08_client import Kafka08Client
 from gateway.backends.upstream.pool import Pool
 from gateway.config import ConfigError, parse_config
 from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
-from tests.backends.servers import free_port
-from tests.backends.upstream import _opened
+from tests.backends.servers import free_port, opened
 from tests.support import GatewayProcess
 
 PROTOCOLS = ("kafka08", "iggy", "tank", "liftbridge", "cursus")
@@ -25,7 +24,7 @@ PROTOCOLS = ("kafka08", "iggy", "tank", "liftbridge", "cursus")
 
 def upstream(protocol: str, port: int, **options: object) -> object:
     config = UpstreamConfig(protocol=protocol, address=f"127.0.0.1:{port}", **options)
-    return _opened(make_upstream(f"up-{protocol}", config))
+    return opened(make_upstream(f"up-{protocol}", config))
 
 
 async def code_of(call: object) -> ErrorCode:

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.backends.upstream import UpstreamConfig, make_upstream
 from gateway.model import Record, RecordBatch
-from tests.backends.upstream import _opened
+from tests.backends.servers import opened
 from tests.protocols.cursus.conftest import cursus_gateway
 
 
@@ -18,7 +18,7 @@ from tests.protocols.cursus.conftest import cursus_gateway
 async def test_upstream_cursus_in_both_dialects(tmp_path: Path, dialect: str) -> None:
     async with cursus_gateway(tmp_path, dialect=dialect) as (host, port):
         config = UpstreamConfig(protocol="cursus", address=f"{host}:{port}")
-        async with _opened(make_upstream("up-cursus", config)) as backend:
+        async with opened(make_upstream("up-cursus", config)) as backend:
             assert (await backend.create_topic("t", 1)).partitions == 1
             assert (await backend.create_partitions("t", 2)).partitions == 3
             assert [(t.name, t.partitions) for t in await backend.list_topics()] == [("t", 3)]

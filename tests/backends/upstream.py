@@ -8,17 +8,15 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
-
-import trio
 
 from gateway.backends.base import Backend
 from gateway.backends.upstream import UpstreamConfig, make_upstream
 from gateway.protocols.cursus.client import CursusClient
-from tests.backends.servers import _tag
+from tests.backends.servers import _tag, opened
 from tests.support import GatewayProcess
 
 UPSTREAM_LISTENERS = ("kafka08", "iggy", "tank", "liftbridge", "cursus")
@@ -38,25 +36,13 @@ def second_gateway() -> GatewayProcess:
     return _second[0]
 
 
-@asynccontextmanager
-async def _opened(backend: Backend) -> AsyncIterator[Backend]:
-    async with trio.open_nursery() as nursery:
-        await backend.open(nursery)
-        try:
-            yield backend
-        finally:
-            with trio.CancelScope(shield=True):
-                await backend.close()
-            nursery.cancel_scope.cancel()
-
-
 def upstream_factory(protocol: str) -> Callable[..., AbstractAsyncContextManager[Backend]]:
     def factory(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:
         host, port = second_gateway().address(protocol)
         config = UpstreamConfig(
             protocol=protocol, address=f"{host}:{port}", topic_prefix=_tag(path) + "-", **options
         )
-        return _opened(make_upstream(f"upstream-{protocol}", config))
+        return opened(make_upstream(f"upstream-{protocol}", config))
 
     return factory
 
