@@ -165,7 +165,7 @@ async def drive_traffic(gw: GatewayProcess, n: int) -> None:
         assert await tank.produce(f"events{n}", 0, [(None, b"hello", 1)]) == 0
         messages, _ = await tank.consume(f"events{n}", 0, 0)
         assert [m.content for m in messages] == [b"hello"]
-        assert await tank.create_topic(f"secret.{n}", 1) != 0  # refused by write_deny
+        assert await tank.create_topic(f"secret-{n}", 1) != 0  # refused by write_deny
     finally:
         await tank.aclose()
     with socket.create_connection(gw.address("tank")) as raw:
@@ -235,7 +235,7 @@ async def test_dashboard_and_alerts_against_a_live_gateway(tmp_path: Path) -> No
             tmp_path / "gw",
             listeners={
                 "kafka08": {},
-                "tank": {"write_deny": ["secret.*"]},
+                "tank": {"write_deny": ["secret-*"]},
                 "iggy": {"max_connections": 1},
                 "cursus": {},
                 "liftbridge": {},
