@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,10 +28,7 @@ from gateway.model import (
     GatewayError,
     GroupDescription,
     Heartbeat,
-    JoinGroup,
-    LeaveGroup,
     ListTopics,
-    SyncGroup,
     TopicInfo,
 )
 from gateway.protocols.cursus import codec
@@ -44,8 +40,9 @@ from gateway.protocols.cursus.gotext import (
     go_quote,
     go_uint,
 )
+from gateway.protocols.cursus.groups import gen_mismatch, not_owner
 from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBinding
-from gateway.protocols.cursus.topics import H_EVENT_SOURCING, H_IDEMPOTENT
+from gateway.protocols.cursus.topics import H_EVENT_SOURCING, H_IDEMPOTENT, partition_rows
 
 H_PARTITIONER = "cursus.partitioner"  # echoed by METADATA
 HOUR_MS = 3_600_000
@@ -162,6 +159,16 @@ def _missing(what: str, command: str) -> str:
     return f"ERROR: missing_{what} command={command}"
 
 
+def _generation(command: str, args: dict[str, str]) -> int | str:
+    """A group command's ``generation=``, or the error reply when it is missing or no number."""
+    if not args.get("generation"):
+        return _missing("generation", command)
+    generation = go_atoi(args["generation"])
+    if generation is None:
+        return f"ERROR: invalid_generation command={command}"
+    return generation
+
+
 class CommandsAug2026:
     """The topic and group commands in the current broker's dialect. The session provides the
     attributes below and the group look-ups of
@@ -176,6 +183,9 @@ class CommandsAug2026:
     _group_binding: Callable[[str], Awaitable[GroupBinding | None]]
     _assigned: Callable[[GroupDescription, str], set[int] | None]
     _touch: Callable[[str, str], None]
+    _join_and_sync: Callable[[str, str, str], Awaitable[tuple[int, list[int]]]]
+    _leave: Callable[[str, str], Awaitable[None]]
+    _placement: Callable[[str], Awaitable[tuple[str, TopicInfo | None]]]
     _group_status: Callable[[str], Awaitable[str]]
     _publish_record: Callable[..., Awaitable[str | bytes]]
 
@@ -381,35 +391,14 @@ class CommandsAug2026:
         meta = {
             "status": "OK",
             "topic": topic,
-            "partitions": [
-                {
-                    "id": p.partition,
-                    "leader": "",
-                    "replicas": None,
-                    "isr": None,
-                    "leo": p.high_watermark,
-                    "hwm": p.high_watermark,
-                }
-                for p in desc.partitions
-            ]
-            or None,
+            "partitions": partition_rows(desc) or None,
             "policy": policy_json,
         }
         return json.dumps(meta, indent=2, ensure_ascii=False)
 
     async def _metadata_2026_08(self, args_text: str) -> str:
-        topic = codec.parse_params(args_text).get("topic", "")
-        if not topic:
-            return "ERROR: missing_topic command=METADATA"
-        info = await self._topic(topic)
-        if info is None:
-            return f"ERROR: topic_not_found topic={topic}"
-        addr = f"{self.ctx.advertised_host}:{self.ctx.advertised_port}"
-        n = info.partitions
-        return (
-            f"OK topic={topic} partitions={n} leaders={','.join([addr] * n)} "
-            f"epochs={','.join(['0'] * n)} {topic_policy(info).reply_fields()}"
-        )
+        reply, info = await self._placement(args_text)
+        return reply if info is None else f"{reply} {topic_policy(info).reply_fields()}"
 
     async def _find_coordinator_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
@@ -444,15 +433,9 @@ class CommandsAug2026:
         if assigned is None:
             return f"ERROR: member_not_found member={member} group={group}", desc
         if generation >= 0 and desc.generation != generation:
-            return (
-                f"ERROR: GEN_MISMATCH current={desc.generation} requested={generation} "
-                f"group={group} member={member}"
-            ), desc
+            return gen_mismatch(desc.generation, generation, group, member), desc
         if partition is not None and partition not in assigned:
-            return (
-                f"ERROR: NOT_OWNER partition={partition} member={member} group={group} "
-                f"generation={generation}"
-            ), desc
+            return not_owner(partition, member, group, generation), desc
         return "", desc
 
     def _required_2026_08(self, command: str, args: dict[str, str], keys: tuple[str, ...]) -> str:
@@ -494,18 +477,12 @@ class CommandsAug2026:
         if error:
             return error
         if args.get("generation"):
-            generation = go_atoi(args["generation"])
-            if generation is None:
-                return "ERROR: invalid_generation command=JOIN_GROUP"
-            error, desc = await self._member_error(group, member, generation)
-            if error:
-                return error
-            assert desc is not None
-            await self._refresh(group, member, desc.generation)
-            return (
-                f"OK generation={generation} member={member} "
-                f"assignments={go_list(self._sorted_assignments(desc, member))} resumed=true"
-            )
+            resumed = await self._live_member_2026_08("JOIN_GROUP", args)
+            if isinstance(resumed, str):
+                return resumed
+            generation, desc = resumed
+            listed = go_list(self._sorted_assignments(desc, member))
+            return f"OK generation={generation} member={member} assignments={listed} resumed=true"
         binding = await self._group_binding(group)
         if binding is None:
             info = await self._topic(topic)
@@ -513,42 +490,15 @@ class CommandsAug2026:
                 return f"ERROR: topic_not_found topic={topic}"
             binding = self.state.groups.setdefault(group, GroupBinding(topic, info.partitions))
         member = f"{member}-{random.randrange(10000):04d}"
-        joined = await self.core.execute(
-            JoinGroup(
-                group,
-                (binding.topic,),
-                member,
-                session_timeout_ms=self.cfg.session_timeout_ms,
-                create_member=True,
-            )
-        )
-        synced = await self.core.execute(SyncGroup(group, member, joined.generation))
-        self._touch(group, member)
-        if self.state.rebalances.get(group, (None, 0.0))[0] != joined.generation:
-            self.state.rebalances[group] = (joined.generation, time.time())
-        assignments = sorted(p for t, p in synced.assignment.partitions if t == binding.topic)
-        listed = go_list(assignments)
-        return f"OK generation={joined.generation} member={member} assignments={listed}"
+        generation, assignments = await self._join_and_sync(group, binding.topic, member)
+        listed = go_list(sorted(assignments))
+        return f"OK generation={generation} member={member} assignments={listed}"
 
     async def _sync_group_2026_08(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required_2026_08("SYNC_GROUP", args, ("topic", "group", "member"))
-        if missing:
-            return missing
-        topic, group, member = args["topic"], args["group"], args["member"]
-        error = await self._offset_topic_error(group, topic)
-        if error:
-            return error
-        if not args.get("generation"):
-            return _missing("generation", "SYNC_GROUP")
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=SYNC_GROUP"
-        error, desc = await self._member_error(group, member, generation)
-        if error:
-            return error
-        assert desc is not None
-        await self._refresh(group, member, desc.generation)
+        live = await self._fenced_2026_08("SYNC_GROUP", args_text)
+        if isinstance(live, str):
+            return live
+        member, generation, desc = live
         assignments = go_list(self._sorted_assignments(desc, member))
         return f"OK generation={generation} member={member} assignments={assignments}"
 
@@ -558,46 +508,59 @@ class CommandsAug2026:
         if missing:
             return missing
         topic, group, member = args["topic"], args["group"], args["member"]
-        if not args.get("generation"):
-            return _missing("generation", "LEAVE_GROUP")
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=LEAVE_GROUP"
+        generation = _generation("LEAVE_GROUP", args)
+        if isinstance(generation, str):
+            return generation
         error = await self._offset_topic_error(group, topic)
         if error:
             return error
         error, _ = await self._member_error(group, member, generation)
         if error:
             return error
-        try:
-            await self.core.execute(LeaveGroup(group, member))
-        except GatewayError as exc:
-            if exc.code is not ErrorCode.UNKNOWN_MEMBER:
-                raise
-        self.state.heartbeats.pop((group, member), None)
-        await self._describe_group(group)
+        await self._leave(group, member)
         return f"OK group={group} member={member} left=true"
 
     async def _heartbeat_2026_08(self, args_text: str) -> str:
+        live = await self._fenced_2026_08("HEARTBEAT", args_text)
+        if isinstance(live, str):
+            return live
+        member, generation, _ = live
+        return f"OK member={member} generation={generation}"
+
+    async def _fenced_2026_08(
+        self, command: str, args_text: str
+    ) -> tuple[str, int, GroupDescription] | str:
+        """The checks SYNC_GROUP and HEARTBEAT share, in the broker's order (topic, group and
+        member given, the group's topic, ``generation=``, the member in that generation), then
+        the member's session kept alive: (member, generation, group), or the error reply."""
         args = codec.parse_params(args_text)
-        missing = self._required_2026_08("HEARTBEAT", args, ("topic", "group", "member"))
+        missing = self._required_2026_08(command, args, ("topic", "group", "member"))
         if missing:
             return missing
         topic, group, member = args["topic"], args["group"], args["member"]
         error = await self._offset_topic_error(group, topic)
         if error:
             return error
-        if not args.get("generation"):
-            return _missing("generation", "HEARTBEAT")
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=HEARTBEAT"
+        live = await self._live_member_2026_08(command, args)
+        if isinstance(live, str):
+            return live
+        return (member, *live)
+
+    async def _live_member_2026_08(
+        self, command: str, args: dict[str, str]
+    ) -> tuple[int, GroupDescription] | str:
+        """``generation=`` and the member in it, then its session kept alive: (generation,
+        group), or the error reply."""
+        generation = _generation(command, args)
+        if isinstance(generation, str):
+            return generation
+        group, member = args["group"], args["member"]
         error, desc = await self._member_error(group, member, generation)
         if error:
             return error
         assert desc is not None
         await self._refresh(group, member, desc.generation)
-        return f"OK member={member} generation={generation}"
+        return generation, desc
 
     # ------------------------------------------------------------------ offsets
     async def _fetch_offset_2026_08(self, args_text: str) -> str:
@@ -647,11 +610,9 @@ class CommandsAug2026:
         member = args.get("member", "")
         if not member:
             return _missing("member", "COMMIT_OFFSET")
-        if not args.get("generation"):
-            return _missing("generation", "COMMIT_OFFSET")
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=COMMIT_OFFSET"
+        generation = _generation("COMMIT_OFFSET", args)
+        if isinstance(generation, str):
+            return generation
         error, _ = await self._member_error(group, member, generation, partition)
         if error:
             return error
@@ -677,9 +638,9 @@ class CommandsAug2026:
         if missing:
             return missing
         topic, group, member = args["topic"], args["group"], args["member"]
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=BATCH_COMMIT"
+        generation = _generation("BATCH_COMMIT", args)
+        if isinstance(generation, str):
+            return generation
         error = await self._offset_topic_error(group, topic)
         if error:
             return error
@@ -705,10 +666,7 @@ class CommandsAug2026:
             if member_error:
                 return member_error
             if owned is None or p not in owned:
-                return (
-                    f"ERROR: NOT_OWNER partition={p} member={member} group={group} "
-                    f"generation={generation}"
-                )
+                return not_owner(p, member, group, generation)
             items.append((p, o))
         if not items:
             return "ERROR: no_valid_offsets"
