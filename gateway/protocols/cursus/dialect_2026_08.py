@@ -22,13 +22,13 @@ from gateway.model import (
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
-    DescribeTopic,
     ErrorCode,
     FetchOffset,
     GatewayError,
     GroupDescription,
     Heartbeat,
     ListTopics,
+    TopicDescription,
     TopicInfo,
 )
 from gateway.protocols.cursus import codec
@@ -42,7 +42,12 @@ from gateway.protocols.cursus.gotext import (
 )
 from gateway.protocols.cursus.groups import gen_mismatch, not_owner
 from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBinding
-from gateway.protocols.cursus.topics import H_EVENT_SOURCING, H_IDEMPOTENT, partition_rows
+from gateway.protocols.cursus.topics import (
+    H_EVENT_SOURCING,
+    H_IDEMPOTENT,
+    NO_SUCH_TOPIC,
+    partition_rows,
+)
 
 H_PARTITIONER = "cursus.partitioner"  # echoed by METADATA
 HOUR_MS = 3_600_000
@@ -186,6 +191,7 @@ class CommandsAug2026:
     _join_and_sync: Callable[[str, str, str], Awaitable[tuple[int, list[int]]]]
     _leave: Callable[[str, str], Awaitable[None]]
     _placement: Callable[[str], Awaitable[tuple[str, TopicInfo | None]]]
+    _topic_description: Callable[[str], Awaitable[TopicDescription | None]]
     _group_status: Callable[[str], Awaitable[str]]
     _publish_record: Callable[..., Awaitable[str | bytes]]
 
@@ -333,7 +339,7 @@ class CommandsAug2026:
         try:
             await self.core.execute(DeleteTopic(topic))
         except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+            if exc.code in NO_SUCH_TOPIC:
                 return f"ERROR: topic_not_found topic={topic}"
             return f"ERROR: delete_topic_failed topic={topic} reason={go_quote(exc.message)}"
         return f"OK topic={topic} deleted=true"
@@ -371,12 +377,9 @@ class CommandsAug2026:
         topic = codec.parse_params(args_text).get("topic", "")
         if not topic:
             return 'ERROR: missing_topic expected="DESCRIBE topic=<name>"'
-        try:
-            desc = await self.core.execute(DescribeTopic(topic))
-        except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
-                return f"ERROR: topic_not_found topic={topic}"
-            raise
+        desc = await self._topic_description(topic)
+        if desc is None:
+            return f"ERROR: topic_not_found topic={topic}"
         policy = topic_policy(desc.topic)
         policy_json: dict[str, object] = {}
         if policy.retention_hours:  # omitempty, in the Go struct's field order
@@ -503,17 +506,10 @@ class CommandsAug2026:
         return f"OK generation={generation} member={member} assignments={assignments}"
 
     async def _leave_group_2026_08(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required_2026_08("LEAVE_GROUP", args, ("topic", "group", "member"))
-        if missing:
-            return missing
-        topic, group, member = args["topic"], args["group"], args["member"]
-        generation = _generation("LEAVE_GROUP", args)
-        if isinstance(generation, str):
-            return generation
-        error = await self._offset_topic_error(group, topic)
-        if error:
-            return error
+        checked = await self._member_args_2026_08("LEAVE_GROUP", codec.parse_params(args_text))
+        if isinstance(checked, str):
+            return checked
+        _, group, member, generation = checked
         error, _ = await self._member_error(group, member, generation)
         if error:
             return error
@@ -545,6 +541,24 @@ class CommandsAug2026:
         if isinstance(live, str):
             return live
         return (member, *live)
+
+    async def _member_args_2026_08(
+        self, command: str, args: dict[str, str]
+    ) -> tuple[str, str, str, int] | str:
+        """The checks LEAVE_GROUP and BATCH_COMMIT begin with, in the broker's order (topic,
+        group, member and generation given, the generation a number, the group's topic):
+        (topic, group, member, generation), or the error reply."""
+        missing = self._required_2026_08(command, args, ("topic", "group", "member"))
+        if missing:
+            return missing
+        topic, group, member = args["topic"], args["group"], args["member"]
+        generation = _generation(command, args)
+        if isinstance(generation, str):
+            return generation
+        error = await self._offset_topic_error(group, topic)
+        if error:
+            return error
+        return topic, group, member, generation
 
     async def _live_member_2026_08(
         self, command: str, args: dict[str, str]
@@ -631,19 +645,10 @@ class CommandsAug2026:
         return "OK"
 
     async def _batch_commit_2026_08(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required_2026_08(
-            "BATCH_COMMIT", args, ("topic", "group", "member", "generation")
-        )
-        if missing:
-            return missing
-        topic, group, member = args["topic"], args["group"], args["member"]
-        generation = _generation("BATCH_COMMIT", args)
-        if isinstance(generation, str):
-            return generation
-        error = await self._offset_topic_error(group, topic)
-        if error:
-            return error
+        checked = await self._member_args_2026_08("BATCH_COMMIT", codec.parse_params(args_text))
+        if isinstance(checked, str):
+            return checked
+        topic, group, member, generation = checked
         text = "BATCH_COMMIT " + args_text
         cut = text.rfind(" ")
         # the member checks once (an entry that parses meets them, in the broker's order)

@@ -26,6 +26,9 @@ from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBind
 H_IDEMPOTENT = "cursus.idempotent"
 H_EVENT_SOURCING = "cursus.event_sourcing"
 
+NO_SUCH_TOPIC = (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC)
+"""The codes a DELETE or DESCRIBE of a missing topic (or of a name no topic can have) fails with."""
+
 
 class TopicCommands:
     """The topic commands of :class:`~gateway.protocols.cursus.session.CursusSession`, which
@@ -80,7 +83,7 @@ class TopicCommands:
         try:
             await self.core.execute(DeleteTopic(topic))
         except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+            if exc.code in NO_SUCH_TOPIC:
                 return f"topic '{topic}' not found"
             raise
         return f"\U0001f5d1\ufe0f Topic '{topic}' deleted"
@@ -95,14 +98,20 @@ class TopicCommands:
         topic = codec.parse_params(args_text).get("topic", "")
         if not topic:
             return "missing topic parameter. Expected: DESCRIBE topic=<name>"
-        try:
-            desc = await self.core.execute(DescribeTopic(topic))
-        except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
-                return f"topic '{topic}' not found"
-            raise
+        desc = await self._topic_description(topic)
+        if desc is None:
+            return f"topic '{topic}' not found"
         meta = {"topic": topic, "partitions": partition_rows(desc)}
         return json.dumps(meta, indent=2, ensure_ascii=False)
+
+    async def _topic_description(self, topic: str) -> TopicDescription | None:
+        """DESCRIBE's look-up: None when there is no such topic (or no topic can have the name)."""
+        try:
+            return await self.core.execute(DescribeTopic(topic))
+        except GatewayError as exc:
+            if exc.code in NO_SUCH_TOPIC:
+                return None
+            raise
 
     async def _metadata(self, args_text: str) -> str:
         reply, _ = await self._placement(args_text)
