@@ -190,7 +190,7 @@ class CommandsAug2026:
     _touch: Callable[[str, str], None]
     _join_and_sync: Callable[[str, str, str], Awaitable[tuple[int, list[int]]]]
     _leave: Callable[[str, str], Awaitable[None]]
-    _placement: Callable[[str], Awaitable[tuple[str, TopicInfo | None]]]
+    _metadata_head: Callable[[str], Awaitable[tuple[str, TopicInfo | None]]]
     _topic_description: Callable[[str], Awaitable[TopicDescription | None]]
     _group_status: Callable[[str], Awaitable[str]]
     _publish_record: Callable[..., Awaitable[str | bytes]]
@@ -400,7 +400,7 @@ class CommandsAug2026:
         return json.dumps(meta, indent=2, ensure_ascii=False)
 
     async def _metadata_2026_08(self, args_text: str) -> str:
-        reply, info = await self._placement(args_text)
+        reply, info = await self._metadata_head(args_text)
         return reply if info is None else f"{reply} {topic_policy(info).reply_fields()}"
 
     async def _find_coordinator_2026_08(self, args_text: str) -> str:

@@ -114,10 +114,10 @@ class TopicCommands:
             raise
 
     async def _metadata(self, args_text: str) -> str:
-        reply, _ = await self._placement(args_text)
+        reply, _ = await self._metadata_head(args_text)
         return reply
 
-    async def _placement(self, args_text: str) -> tuple[str, TopicInfo | None]:
+    async def _metadata_head(self, args_text: str) -> tuple[str, TopicInfo | None]:
         """METADATA's reply as both dialects begin it (every partition led here, epoch 0) and
         the topic; or the error reply and None."""
         topic = codec.parse_params(args_text).get("topic", "")
