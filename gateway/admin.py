@@ -269,27 +269,38 @@ async def status(server: Any) -> dict[str, Any]:
         except Exception as exc:
             ok, why = False, str(exc)
         backends.append({**backend.describe(), "name": name, "healthy": ok, "detail": why})
+    return {
+        **await _process_status(server),
+        "listeners": [
+            {**_listener_counts(st), "clients": sorted(c.peer for c in st.connections)[:100]}
+            for st in server.listeners.values()
+        ],
+        "topics": topics,
+        "backends": backends,
+        "groups": await _status_groups(core),
+    }
+
+
+async def _process_status(server: Any) -> dict[str, Any]:
+    """The head of both status views: version, uptime, readiness, draining."""
     ready, _ = await server.readiness()
     return {
         "version": gateway.__version__,
         "uptime_s": round(time.time() - server.started_at, 3),
         "ready": ready,
         "draining": server.draining,
-        "listeners": [
-            {
-                "protocol": st.name,
-                "address": f"{st.host}:{st.port}",
-                "advertised": f"{st.advertised_host}:{st.advertised_port}",
-                "connections": len(st.connections),
-                "accepted": st.accepted,
-                "refused": st.refused,
-                "clients": sorted(c.peer for c in st.connections)[:100],
-            }
-            for st in server.listeners.values()
-        ],
-        "topics": topics,
-        "backends": backends,
-        "groups": await _status_groups(core),
+    }
+
+
+def _listener_counts(st: Any) -> dict[str, Any]:
+    """A listener in both status views: addresses and connection counts, no clients."""
+    return {
+        "protocol": st.name,
+        "address": f"{st.host}:{st.port}",
+        "advertised": f"{st.advertised_host}:{st.advertised_port}",
+        "connections": len(st.connections),
+        "accepted": st.accepted,
+        "refused": st.refused,
     }
 
 
@@ -303,23 +314,9 @@ async def public_status(server: Any) -> dict[str, Any]:
         except Exception:
             ok = False
         backends.append({"name": name, "type": backend.describe().get("type", "?"), "healthy": ok})
-    ready, _ = await server.readiness()
     return {
-        "version": gateway.__version__,
-        "uptime_s": round(time.time() - server.started_at, 3),
-        "ready": ready,
-        "draining": server.draining,
-        "listeners": [
-            {
-                "protocol": st.name,
-                "address": f"{st.host}:{st.port}",
-                "advertised": f"{st.advertised_host}:{st.advertised_port}",
-                "connections": len(st.connections),
-                "accepted": st.accepted,
-                "refused": st.refused,
-            }
-            for st in server.listeners.values()
-        ],
+        **await _process_status(server),
+        "listeners": [_listener_counts(st) for st in server.listeners.values()],
         "backends": backends,
     }
 

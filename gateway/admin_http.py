@@ -35,6 +35,7 @@ from gateway.observability import (
     PROTOCOL_ERRORS,
     limit_hit,
 )
+from gateway.streams import accept_connection
 
 log = structlog.get_logger("gateway.admin")
 
@@ -94,12 +95,7 @@ async def _accept_loop(
 ) -> None:
     limit = endpoint.config.max_connections
     while True:
-        try:
-            stream = await sock.accept()
-        except OSError as exc:  # EMFILE and friends: back off, keep serving
-            log.error("accept_failed", protocol=PROTOCOL, error=str(exc))
-            await trio.sleep(0.1)
-            continue
+        stream = await accept_connection(sock, PROTOCOL, log)
         if endpoint.open_connections >= limit:
             if endpoint.idle:  # end the longest wait for a next request, serve the new one
                 endpoint.idle.pop(next(iter(endpoint.idle))).cancel()

@@ -71,6 +71,12 @@ def _direct(config: Any, fn: Any) -> Any:
     return result
 
 
+def _ask(admin: Any, config: Any, request: tuple[Any, ...], direct: Any) -> Any:
+    """The answer of the running gateway's admin API to ``request`` (method, path[, body]) when
+    one answers, otherwise of ``direct`` run on the configured backends opened here."""
+    return admin.request(*request) if admin else _direct(config, direct)
+
+
 def cmd_groups(args: argparse.Namespace) -> int:
     from gateway.cli import _admin_for
 
@@ -78,10 +84,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
     admin = _admin_for(config)
     cmd = args.groups_cmd
     if cmd == "list":
-        if admin:
-            data = admin.request("GET", "/v1/groups")
-        else:
-            data = _direct(config, group_summaries)
+        data = _ask(admin, config, ("GET", "/v1/groups"), group_summaries)
         if args.json:
             print(json.dumps(data, indent=2))
         for g in [] if args.json else data:
@@ -89,11 +92,9 @@ def cmd_groups(args: argparse.Namespace) -> int:
                 f"{g['name']}\t{g['state']}\tgeneration={g['generation']}\tmembers={g['members']}"
             )
         return 0
+    path = f"/v1/groups/{quote(args.group, safe='')}"
     if cmd == "describe":
-        if admin:
-            data = admin.request("GET", f"/v1/groups/{quote(args.group, safe='')}")
-        else:
-            data = _direct(config, lambda core: describe_group(core, args.group))
+        data = _ask(admin, config, ("GET", path), lambda core: describe_group(core, args.group))
         if args.json:
             print(json.dumps(data, indent=2))
             return 0
@@ -112,24 +113,20 @@ def cmd_groups(args: argparse.Namespace) -> int:
             )
         return 0
     if cmd == "delete":
-        if admin:
-            data = admin.request("DELETE", f"/v1/groups/{quote(args.group, safe='')}")
-        else:
-            data = _direct(config, lambda core: delete_group(core, args.group))
+        data = _ask(admin, config, ("DELETE", path), lambda core: delete_group(core, args.group))
         if args.json:
             print(json.dumps(data, indent=2))
         else:
             print(f"deleted group {args.group} ({data['offsets_deleted']} committed offset(s))")
         return 0
-    to = _target(args)
-    if admin:
-        body = {"topic": args.topic, "to": to, "partitions": args.partition, "force": args.force}
-        data = admin.request("POST", f"/v1/groups/{quote(args.group, safe='')}/reset-offsets", body)
-    else:
-        parts, force = args.partition, args.force
-        data = _direct(
-            config, lambda core: reset_offsets(core, args.group, args.topic, to, parts, force)
-        )
+    to, parts, force = _target(args), args.partition, args.force
+    body = {"topic": args.topic, "to": to, "partitions": parts, "force": force}
+    data = _ask(
+        admin,
+        config,
+        ("POST", f"{path}/reset-offsets", body),
+        lambda core: reset_offsets(core, args.group, args.topic, to, parts, force),
+    )
     if args.json:
         print(json.dumps(data, indent=2))
     for row in [] if args.json else data:

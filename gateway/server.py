@@ -38,7 +38,13 @@ from gateway.observability import (
 )
 from gateway.protocols import get_protocol
 from gateway.protocols.base import ConnectionContext, ListenerConfig
-from gateway.streams import ConnectionTimeout, GuardedStream, PrefixedStream, sweep_interval
+from gateway.streams import (
+    ConnectionTimeout,
+    GuardedStream,
+    PrefixedStream,
+    accept_connection,
+    sweep_interval,
+)
 from gateway.tls import build_contexts
 
 log = structlog.get_logger("gateway.server")
@@ -366,12 +372,7 @@ class Server:
     ) -> None:
         state = self.listeners[name]
         while True:
-            try:
-                stream = await sock.accept()
-            except OSError as exc:  # EMFILE and friends: back off, keep serving
-                log.error("accept_failed", protocol=name, error=str(exc))
-                await trio.sleep(0.1)
-                continue
+            stream = await accept_connection(sock, name, log)
             # connections still in their PROXY header or TLS handshake count too: a client
             # that never finishes one must not hold file descriptors past the bound
             if len(state.connections) + state.handshaking >= state.config.max_connections:

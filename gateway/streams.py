@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import socket
 from collections.abc import Iterable
+from typing import Any
 
 import trio
 
@@ -371,6 +372,19 @@ class GuardedStream(trio.abc.Stream):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+async def accept_connection(
+    sock: trio.abc.Listener[trio.SocketStream], protocol: str, log: Any
+) -> trio.SocketStream:
+    """The next connection on ``sock``. A failed accept (out of file descriptors, EMFILE, and
+    the like) is logged and tried again a little later: the listener keeps serving."""
+    while True:
+        try:
+            return await sock.accept()
+        except OSError as exc:
+            log.error("accept_failed", protocol=protocol, error=str(exc))
+            await trio.sleep(0.1)
 
 
 def sweep_interval(timeouts: Iterable[float]) -> float:

@@ -4,6 +4,7 @@ sends still lets other tasks run."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 
@@ -11,7 +12,13 @@ import pytest
 import trio
 import trio.testing
 
-from gateway.streams import ConnectionTimeout, FastSocketStream, GuardedStream, sweep_interval
+from gateway.streams import (
+    ConnectionTimeout,
+    FastSocketStream,
+    GuardedStream,
+    accept_connection,
+    sweep_interval,
+)
 
 
 async def stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
@@ -360,3 +367,42 @@ def test_a_trickle_over_a_scoped_stream_is_cut_at_the_read_timeout() -> None:
     took, exc = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert exc.kind == "read"
     assert 1.0 <= took < 1.4
+
+
+class FailsOnce(trio.abc.Listener[trio.SocketStream]):
+    """A real listener whose first accept fails as it does when out of file descriptors."""
+
+    def __init__(self, real: trio.SocketListener) -> None:
+        self.real, self.failed = real, False
+
+    async def accept(self) -> trio.SocketStream:
+        if not self.failed:
+            self.failed = True
+            raise OSError(errno.EMFILE, "Too many open files")
+        return await self.real.accept()
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+
+
+class Events:
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, dict[str, object]]] = []
+
+    def error(self, event: str, **fields: object) -> None:
+        self.errors.append((event, fields))
+
+
+async def test_a_failed_accept_is_logged_and_the_next_connection_still_accepted() -> None:
+    listener = FailsOnce((await trio.open_tcp_listeners(0, host="127.0.0.1"))[0])
+    port = listener.real.socket.getsockname()[1]
+    client = await trio.open_tcp_stream("127.0.0.1", port)
+    log = Events()
+    with trio.fail_after(10):
+        server = await accept_connection(listener, "kafka08", log)
+    assert log.errors == [
+        ("accept_failed", {"protocol": "kafka08", "error": "[Errno 24] Too many open files"})
+    ]
+    assert server.socket.getpeername() == client.socket.getsockname()
+    for s in (client, server, listener):
+        await s.aclose()

@@ -13,6 +13,7 @@ not append the batch again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
@@ -26,6 +27,38 @@ class _ProducerState:
     first_seq: int
     last_seq: int
     result: AppendResult
+
+
+class LastBatch(Protocol):
+    """What is kept of a producer's last batch on a partition."""
+
+    epoch: int
+    first_seq: int
+    last_seq: int
+
+
+def is_retry(producer_id: int | str, epoch: int, first_seq: int, last: LastBatch) -> bool:
+    """Whether a batch starting at ``first_seq`` is a retry of the producer's ``last`` batch
+    (same epoch and first sequence); False for the next batch or a new epoch. A sequence
+    already written, a gap and an older (fenced) epoch raise the error the client gets."""
+    if epoch == last.epoch:
+        if first_seq == last.first_seq:
+            return True
+        if first_seq <= last.last_seq:
+            raise GatewayError(
+                ErrorCode.DUPLICATE_SEQUENCE,
+                f"sequence {first_seq} of producer {producer_id} was already written",
+            )
+        if first_seq != last.last_seq + 1:
+            raise GatewayError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE,
+                f"producer {producer_id} sent sequence {first_seq}, expected {last.last_seq + 1}",
+            )
+    elif epoch < last.epoch:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, f"producer {producer_id} epoch {epoch} is fenced"
+        )
+    return False
 
 
 class ProducerRegistry:
@@ -75,25 +108,9 @@ class ProducerRegistry:
     ) -> AppendResult:
         topic, partition, _ = key
         state = self._state.get(key)
-        if state is not None and epoch == state.epoch:
-            if sequence == state.first_seq:
-                r = state.result
-                return AppendResult(r.partition, r.base_offset, r.last_offset, r.timestamp_us, True)
-            if sequence <= state.last_seq:
-                raise GatewayError(
-                    ErrorCode.DUPLICATE_SEQUENCE,
-                    f"sequence {sequence} of producer {producer_id} was already written",
-                )
-            if sequence != state.last_seq + 1:
-                raise GatewayError(
-                    ErrorCode.OUT_OF_ORDER_SEQUENCE,
-                    f"producer {producer_id} sent sequence {sequence}, "
-                    f"expected {state.last_seq + 1}",
-                )
-        elif state is not None and epoch < state.epoch:
-            raise GatewayError(
-                ErrorCode.INVALID_REQUEST, f"producer {producer_id} epoch {epoch} is fenced"
-            )
+        if state is not None and is_retry(producer_id, epoch, sequence, state):
+            r = state.result
+            return AppendResult(r.partition, r.base_offset, r.last_offset, r.timestamp_us, True)
         result = await backend.append(topic, partition, batch, expected_offset)
         self._state[key] = _ProducerState(epoch, sequence, sequence + batch.count - 1, result)
         return result

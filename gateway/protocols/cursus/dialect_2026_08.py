@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,16 +22,13 @@ from gateway.model import (
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
-    DescribeTopic,
     ErrorCode,
     FetchOffset,
     GatewayError,
     GroupDescription,
     Heartbeat,
-    JoinGroup,
-    LeaveGroup,
     ListTopics,
-    SyncGroup,
+    TopicDescription,
     TopicInfo,
 )
 from gateway.protocols.cursus import codec
@@ -44,8 +40,14 @@ from gateway.protocols.cursus.gotext import (
     go_quote,
     go_uint,
 )
+from gateway.protocols.cursus.groups import gen_mismatch, not_owner
 from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBinding
-from gateway.protocols.cursus.topics import H_EVENT_SOURCING, H_IDEMPOTENT
+from gateway.protocols.cursus.topics import (
+    H_EVENT_SOURCING,
+    H_IDEMPOTENT,
+    NO_SUCH_TOPIC,
+    partition_rows,
+)
 
 H_PARTITIONER = "cursus.partitioner"  # echoed by METADATA
 HOUR_MS = 3_600_000
@@ -162,6 +164,16 @@ def _missing(what: str, command: str) -> str:
     return f"ERROR: missing_{what} command={command}"
 
 
+def _generation(command: str, args: dict[str, str]) -> int | str:
+    """A group command's ``generation=``, or the error reply when it is missing or no number."""
+    if not args.get("generation"):
+        return _missing("generation", command)
+    generation = go_atoi(args["generation"])
+    if generation is None:
+        return f"ERROR: invalid_generation command={command}"
+    return generation
+
+
 class CommandsAug2026:
     """The topic and group commands in the current broker's dialect. The session provides the
     attributes below and the group look-ups of
@@ -176,6 +188,10 @@ class CommandsAug2026:
     _group_binding: Callable[[str], Awaitable[GroupBinding | None]]
     _assigned: Callable[[GroupDescription, str], set[int] | None]
     _touch: Callable[[str, str], None]
+    _join_and_sync: Callable[[str, str, str], Awaitable[tuple[int, list[int]]]]
+    _leave: Callable[[str, str], Awaitable[None]]
+    _metadata_head: Callable[[str], Awaitable[tuple[str, TopicInfo | None]]]
+    _topic_description: Callable[[str], Awaitable[TopicDescription | None]]
     _group_status: Callable[[str], Awaitable[str]]
     _publish_record: Callable[..., Awaitable[str | bytes]]
 
@@ -323,7 +339,7 @@ class CommandsAug2026:
         try:
             await self.core.execute(DeleteTopic(topic))
         except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+            if exc.code in NO_SUCH_TOPIC:
                 return f"ERROR: topic_not_found topic={topic}"
             return f"ERROR: delete_topic_failed topic={topic} reason={go_quote(exc.message)}"
         return f"OK topic={topic} deleted=true"
@@ -361,12 +377,9 @@ class CommandsAug2026:
         topic = codec.parse_params(args_text).get("topic", "")
         if not topic:
             return 'ERROR: missing_topic expected="DESCRIBE topic=<name>"'
-        try:
-            desc = await self.core.execute(DescribeTopic(topic))
-        except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
-                return f"ERROR: topic_not_found topic={topic}"
-            raise
+        desc = await self._topic_description(topic)
+        if desc is None:
+            return f"ERROR: topic_not_found topic={topic}"
         policy = topic_policy(desc.topic)
         policy_json: dict[str, object] = {}
         if policy.retention_hours:  # omitempty, in the Go struct's field order
@@ -381,35 +394,14 @@ class CommandsAug2026:
         meta = {
             "status": "OK",
             "topic": topic,
-            "partitions": [
-                {
-                    "id": p.partition,
-                    "leader": "",
-                    "replicas": None,
-                    "isr": None,
-                    "leo": p.high_watermark,
-                    "hwm": p.high_watermark,
-                }
-                for p in desc.partitions
-            ]
-            or None,
+            "partitions": partition_rows(desc) or None,
             "policy": policy_json,
         }
         return json.dumps(meta, indent=2, ensure_ascii=False)
 
     async def _metadata_2026_08(self, args_text: str) -> str:
-        topic = codec.parse_params(args_text).get("topic", "")
-        if not topic:
-            return "ERROR: missing_topic command=METADATA"
-        info = await self._topic(topic)
-        if info is None:
-            return f"ERROR: topic_not_found topic={topic}"
-        addr = f"{self.ctx.advertised_host}:{self.ctx.advertised_port}"
-        n = info.partitions
-        return (
-            f"OK topic={topic} partitions={n} leaders={','.join([addr] * n)} "
-            f"epochs={','.join(['0'] * n)} {topic_policy(info).reply_fields()}"
-        )
+        reply, info = await self._metadata_head(args_text)
+        return reply if info is None else f"{reply} {topic_policy(info).reply_fields()}"
 
     async def _find_coordinator_2026_08(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
@@ -444,15 +436,9 @@ class CommandsAug2026:
         if assigned is None:
             return f"ERROR: member_not_found member={member} group={group}", desc
         if generation >= 0 and desc.generation != generation:
-            return (
-                f"ERROR: GEN_MISMATCH current={desc.generation} requested={generation} "
-                f"group={group} member={member}"
-            ), desc
+            return gen_mismatch(desc.generation, generation, group, member), desc
         if partition is not None and partition not in assigned:
-            return (
-                f"ERROR: NOT_OWNER partition={partition} member={member} group={group} "
-                f"generation={generation}"
-            ), desc
+            return not_owner(partition, member, group, generation), desc
         return "", desc
 
     def _required_2026_08(self, command: str, args: dict[str, str], keys: tuple[str, ...]) -> str:
@@ -494,18 +480,12 @@ class CommandsAug2026:
         if error:
             return error
         if args.get("generation"):
-            generation = go_atoi(args["generation"])
-            if generation is None:
-                return "ERROR: invalid_generation command=JOIN_GROUP"
-            error, desc = await self._member_error(group, member, generation)
-            if error:
-                return error
-            assert desc is not None
-            await self._refresh(group, member, desc.generation)
-            return (
-                f"OK generation={generation} member={member} "
-                f"assignments={go_list(self._sorted_assignments(desc, member))} resumed=true"
-            )
+            resumed = await self._live_member_2026_08("JOIN_GROUP", args)
+            if isinstance(resumed, str):
+                return resumed
+            generation, desc = resumed
+            listed = go_list(self._sorted_assignments(desc, member))
+            return f"OK generation={generation} member={member} assignments={listed} resumed=true"
         binding = await self._group_binding(group)
         if binding is None:
             info = await self._topic(topic)
@@ -513,91 +493,88 @@ class CommandsAug2026:
                 return f"ERROR: topic_not_found topic={topic}"
             binding = self.state.groups.setdefault(group, GroupBinding(topic, info.partitions))
         member = f"{member}-{random.randrange(10000):04d}"
-        joined = await self.core.execute(
-            JoinGroup(
-                group,
-                (binding.topic,),
-                member,
-                session_timeout_ms=self.cfg.session_timeout_ms,
-                create_member=True,
-            )
-        )
-        synced = await self.core.execute(SyncGroup(group, member, joined.generation))
-        self._touch(group, member)
-        if self.state.rebalances.get(group, (None, 0.0))[0] != joined.generation:
-            self.state.rebalances[group] = (joined.generation, time.time())
-        assignments = sorted(p for t, p in synced.assignment.partitions if t == binding.topic)
-        listed = go_list(assignments)
-        return f"OK generation={joined.generation} member={member} assignments={listed}"
+        generation, assignments = await self._join_and_sync(group, binding.topic, member)
+        listed = go_list(sorted(assignments))
+        return f"OK generation={generation} member={member} assignments={listed}"
 
     async def _sync_group_2026_08(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required_2026_08("SYNC_GROUP", args, ("topic", "group", "member"))
-        if missing:
-            return missing
-        topic, group, member = args["topic"], args["group"], args["member"]
-        error = await self._offset_topic_error(group, topic)
-        if error:
-            return error
-        if not args.get("generation"):
-            return _missing("generation", "SYNC_GROUP")
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=SYNC_GROUP"
-        error, desc = await self._member_error(group, member, generation)
-        if error:
-            return error
-        assert desc is not None
-        await self._refresh(group, member, desc.generation)
+        live = await self._fenced_2026_08("SYNC_GROUP", args_text)
+        if isinstance(live, str):
+            return live
+        member, generation, desc = live
         assignments = go_list(self._sorted_assignments(desc, member))
         return f"OK generation={generation} member={member} assignments={assignments}"
 
     async def _leave_group_2026_08(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required_2026_08("LEAVE_GROUP", args, ("topic", "group", "member"))
-        if missing:
-            return missing
-        topic, group, member = args["topic"], args["group"], args["member"]
-        if not args.get("generation"):
-            return _missing("generation", "LEAVE_GROUP")
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=LEAVE_GROUP"
-        error = await self._offset_topic_error(group, topic)
-        if error:
-            return error
+        checked = await self._member_args_2026_08("LEAVE_GROUP", codec.parse_params(args_text))
+        if isinstance(checked, str):
+            return checked
+        _, group, member, generation = checked
         error, _ = await self._member_error(group, member, generation)
         if error:
             return error
-        try:
-            await self.core.execute(LeaveGroup(group, member))
-        except GatewayError as exc:
-            if exc.code is not ErrorCode.UNKNOWN_MEMBER:
-                raise
-        self.state.heartbeats.pop((group, member), None)
-        await self._describe_group(group)
+        await self._leave(group, member)
         return f"OK group={group} member={member} left=true"
 
     async def _heartbeat_2026_08(self, args_text: str) -> str:
+        live = await self._fenced_2026_08("HEARTBEAT", args_text)
+        if isinstance(live, str):
+            return live
+        member, generation, _ = live
+        return f"OK member={member} generation={generation}"
+
+    async def _fenced_2026_08(
+        self, command: str, args_text: str
+    ) -> tuple[str, int, GroupDescription] | str:
+        """The checks SYNC_GROUP and HEARTBEAT share, in the broker's order (topic, group and
+        member given, the group's topic, ``generation=``, the member in that generation), then
+        the member's session kept alive: (member, generation, group), or the error reply."""
         args = codec.parse_params(args_text)
-        missing = self._required_2026_08("HEARTBEAT", args, ("topic", "group", "member"))
+        missing = self._required_2026_08(command, args, ("topic", "group", "member"))
         if missing:
             return missing
         topic, group, member = args["topic"], args["group"], args["member"]
         error = await self._offset_topic_error(group, topic)
         if error:
             return error
-        if not args.get("generation"):
-            return _missing("generation", "HEARTBEAT")
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=HEARTBEAT"
+        live = await self._live_member_2026_08(command, args)
+        if isinstance(live, str):
+            return live
+        return (member, *live)
+
+    async def _member_args_2026_08(
+        self, command: str, args: dict[str, str]
+    ) -> tuple[str, str, str, int] | str:
+        """The checks LEAVE_GROUP and BATCH_COMMIT begin with, in the broker's order (topic,
+        group, member and generation given, the generation a number, the group's topic):
+        (topic, group, member, generation), or the error reply."""
+        missing = self._required_2026_08(command, args, ("topic", "group", "member"))
+        if missing:
+            return missing
+        topic, group, member = args["topic"], args["group"], args["member"]
+        generation = _generation(command, args)
+        if isinstance(generation, str):
+            return generation
+        error = await self._offset_topic_error(group, topic)
+        if error:
+            return error
+        return topic, group, member, generation
+
+    async def _live_member_2026_08(
+        self, command: str, args: dict[str, str]
+    ) -> tuple[int, GroupDescription] | str:
+        """``generation=`` and the member in it, then its session kept alive: (generation,
+        group), or the error reply."""
+        generation = _generation(command, args)
+        if isinstance(generation, str):
+            return generation
+        group, member = args["group"], args["member"]
         error, desc = await self._member_error(group, member, generation)
         if error:
             return error
         assert desc is not None
         await self._refresh(group, member, desc.generation)
-        return f"OK member={member} generation={generation}"
+        return generation, desc
 
     # ------------------------------------------------------------------ offsets
     async def _fetch_offset_2026_08(self, args_text: str) -> str:
@@ -647,11 +624,9 @@ class CommandsAug2026:
         member = args.get("member", "")
         if not member:
             return _missing("member", "COMMIT_OFFSET")
-        if not args.get("generation"):
-            return _missing("generation", "COMMIT_OFFSET")
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=COMMIT_OFFSET"
+        generation = _generation("COMMIT_OFFSET", args)
+        if isinstance(generation, str):
+            return generation
         error, _ = await self._member_error(group, member, generation, partition)
         if error:
             return error
@@ -670,19 +645,10 @@ class CommandsAug2026:
         return "OK"
 
     async def _batch_commit_2026_08(self, args_text: str) -> str:
-        args = codec.parse_params(args_text)
-        missing = self._required_2026_08(
-            "BATCH_COMMIT", args, ("topic", "group", "member", "generation")
-        )
-        if missing:
-            return missing
-        topic, group, member = args["topic"], args["group"], args["member"]
-        generation = go_atoi(args["generation"])
-        if generation is None:
-            return "ERROR: invalid_generation command=BATCH_COMMIT"
-        error = await self._offset_topic_error(group, topic)
-        if error:
-            return error
+        checked = await self._member_args_2026_08("BATCH_COMMIT", codec.parse_params(args_text))
+        if isinstance(checked, str):
+            return checked
+        topic, group, member, generation = checked
         text = "BATCH_COMMIT " + args_text
         cut = text.rfind(" ")
         # the member checks once (an entry that parses meets them, in the broker's order)
@@ -705,10 +671,7 @@ class CommandsAug2026:
             if member_error:
                 return member_error
             if owned is None or p not in owned:
-                return (
-                    f"ERROR: NOT_OWNER partition={p} member={member} group={group} "
-                    f"generation={generation}"
-                )
+                return not_owner(p, member, group, generation)
             items.append((p, o))
         if not items:
             return "ERROR: no_valid_offsets"

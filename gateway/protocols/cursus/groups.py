@@ -127,10 +127,16 @@ class GroupCommands:
                 member = f"{args['member']}-{random.randrange(10000):04d}"
                 if member not in taken:
                     break
+        generation, assignments = await self._join_and_sync(group, binding.topic, member)
+        return f"OK generation={generation} member={member} assignments={go_list(assignments)}"
+
+    async def _join_and_sync(self, group: str, topic: str, member: str) -> tuple[int, list[int]]:
+        """Join ``member`` to ``group`` on ``topic`` and take its assignment: the generation
+        and the partitions of ``topic`` the member was given."""
         joined = await self.core.execute(
             JoinGroup(
                 group,
-                (binding.topic,),
+                (topic,),
                 member,
                 session_timeout_ms=self.cfg.session_timeout_ms,
                 create_member=True,
@@ -140,10 +146,7 @@ class GroupCommands:
         self._touch(group, member)
         if self.state.rebalances.get(group, (None, 0.0))[0] != joined.generation:
             self.state.rebalances[group] = (joined.generation, time.time())
-        assignments = [p for t, p in synced.assignment.partitions if t == binding.topic]
-        return (
-            f"OK generation={joined.generation} member={member} assignments={go_list(assignments)}"
-        )
+        return joined.generation, [p for t, p in synced.assignment.partitions if t == topic]
 
     async def _sync_group(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
@@ -168,6 +171,11 @@ class GroupCommands:
         group, member = args["group"], args["member"]
         if await self._group_binding(group) is None:
             return "ERROR: group not found"
+        await self._leave(group, member)
+        return f"\u2705 Left group '{group}'"
+
+    async def _leave(self, group: str, member: str) -> None:
+        """Take ``member`` out of ``group`` (already gone is fine) and forget its heartbeat."""
         try:
             await self.core.execute(LeaveGroup(group, member))
         except GatewayError as exc:
@@ -175,7 +183,6 @@ class GroupCommands:
                 raise
         self.state.heartbeats.pop((group, member), None)
         await self._describe_group(group)
-        return f"\u2705 Left group '{group}'"
 
     async def _heartbeat(self, args_text: str) -> str:
         args = codec.parse_params(args_text)
@@ -199,10 +206,7 @@ class GroupCommands:
                 return f"ERROR: member_not_found member={member} group={group}"
             if exc.code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
                 current = (await self._describe_group(group)).generation
-                return (
-                    f"ERROR: GEN_MISMATCH current={current} requested={generation} "
-                    f"group={group} member={member}"
-                )
+                return gen_mismatch(current, generation, group, member)
             raise
         self._touch(group, member)
         return "OK"
@@ -260,15 +264,9 @@ class GroupCommands:
             desc = await self._describe_group(group)
             assigned = self._assigned(desc, member)
             if g is not None and assigned is not None and g != desc.generation:
-                return (
-                    f"ERROR: GEN_MISMATCH current={desc.generation} requested={g} "
-                    f"group={group} member={member}"
-                )
+                return gen_mismatch(desc.generation, g, group, member)
             if g is None or assigned is None or partition not in assigned:
-                return (
-                    f"ERROR: NOT_OWNER partition={partition} member={member} group={group} "
-                    f"generation={args['generation']}"
-                )
+                return not_owner(partition, member, group, args["generation"])
             generation = g
         await self.core.execute(
             CommitOffset(group, topic, partition, offset, generation=generation, member_id=member)
@@ -333,3 +331,18 @@ def offset_partition(args: dict[str, str], command: str) -> int | str:
         return f"{command} requires partition parameter"
     partition = go_atoi(args["partition"])
     return "invalid partition" if partition is None else partition
+
+
+def gen_mismatch(current: int, requested: int, group: str, member: str) -> str:
+    """The rebalance token for a member that sent another generation than the group's."""
+    return (
+        f"ERROR: GEN_MISMATCH current={current} requested={requested} group={group} member={member}"
+    )
+
+
+def not_owner(partition: int, member: str, group: str, generation: int | str) -> str:
+    """The rebalance token for a commit to a partition the member is not assigned."""
+    return (
+        f"ERROR: NOT_OWNER partition={partition} member={member} group={group} "
+        f"generation={generation}"
+    )

@@ -34,6 +34,7 @@ from typing import Any
 import structlog
 import trio
 
+from gateway.core.idempotence import is_retry
 from gateway.model import AppendResult, ErrorCode, GatewayError, Produce, ProduceResult
 from gateway.observability import limit_hit
 from gateway.protocols.cursus import codec
@@ -119,31 +120,14 @@ class DurableProducers:
         assert cmd.partition is not None
         backend = core.router.backend_for(cmd.topic)
         known = await self._load(backend, key)
-        state = known.state if known else None
-        if known is not None and state is not None and epoch == state.epoch:
-            if first_seq == state.first_seq:
-                landed = known.landed or await self._find(core, cmd, producer_id, known)
-                if landed is not None:
-                    known.landed = landed
-                    return AppendResult(
-                        landed.partition, landed.base_offset, landed.last_offset, duplicate=True
-                    )
-                # written down before a crash or failure, never appended: append it now
-            elif first_seq <= state.last_seq:
-                raise GatewayError(
-                    ErrorCode.DUPLICATE_SEQUENCE,
-                    f"sequence {first_seq} of producer {producer_id} was already written",
+        if known is not None and is_retry(producer_id, epoch, first_seq, known.state):
+            landed = known.landed or await self._find(core, cmd, producer_id, known)
+            if landed is not None:
+                known.landed = landed
+                return AppendResult(
+                    landed.partition, landed.base_offset, landed.last_offset, duplicate=True
                 )
-            elif first_seq != state.last_seq + 1:
-                raise GatewayError(
-                    ErrorCode.OUT_OF_ORDER_SEQUENCE,
-                    f"producer {producer_id} sent sequence {first_seq}, "
-                    f"expected {state.last_seq + 1}",
-                )
-        elif state is not None and epoch < state.epoch:
-            raise GatewayError(
-                ErrorCode.INVALID_REQUEST, f"producer {producer_id} epoch {epoch} is fenced"
-            )
+            # written down before a crash or failure, never appended: append it now
         floor = (await backend.partition_info(cmd.topic, cmd.partition)).high_watermark
         new = Known(ProducerState(epoch, first_seq, first_seq + count - 1, floor, time.time()))
         await self._store(backend, key, new.state)  # before the append: see the module doc

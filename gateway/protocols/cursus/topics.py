@@ -15,6 +15,7 @@ from gateway.model import (
     ErrorCode,
     GatewayError,
     ListTopics,
+    TopicDescription,
     TopicInfo,
 )
 from gateway.protocols.cursus import codec
@@ -24,6 +25,9 @@ from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBind
 # topic config keys that CREATE sets (PUBLISH and batches read H_IDEMPOTENT)
 H_IDEMPOTENT = "cursus.idempotent"
 H_EVENT_SOURCING = "cursus.event_sourcing"
+
+NO_SUCH_TOPIC = (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC)
+"""The codes a DELETE or DESCRIBE of a missing topic (or of a name no topic can have) fails with."""
 
 
 class TopicCommands:
@@ -79,7 +83,7 @@ class TopicCommands:
         try:
             await self.core.execute(DeleteTopic(topic))
         except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
+            if exc.code in NO_SUCH_TOPIC:
                 return f"topic '{topic}' not found"
             raise
         return f"\U0001f5d1\ufe0f Topic '{topic}' deleted"
@@ -94,41 +98,38 @@ class TopicCommands:
         topic = codec.parse_params(args_text).get("topic", "")
         if not topic:
             return "missing topic parameter. Expected: DESCRIBE topic=<name>"
-        try:
-            desc = await self.core.execute(DescribeTopic(topic))
-        except GatewayError as exc:
-            if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC):
-                return f"topic '{topic}' not found"
-            raise
-        meta = {
-            "topic": topic,
-            "partitions": [
-                {
-                    "id": p.partition,
-                    "leader": "",
-                    "replicas": None,
-                    "isr": None,
-                    "leo": p.high_watermark,
-                    "hwm": p.high_watermark,
-                }
-                for p in desc.partitions
-            ],
-        }
+        desc = await self._topic_description(topic)
+        if desc is None:
+            return f"topic '{topic}' not found"
+        meta = {"topic": topic, "partitions": partition_rows(desc)}
         return json.dumps(meta, indent=2, ensure_ascii=False)
 
+    async def _topic_description(self, topic: str) -> TopicDescription | None:
+        """DESCRIBE's look-up: None when there is no such topic (or no topic can have the name)."""
+        try:
+            return await self.core.execute(DescribeTopic(topic))
+        except GatewayError as exc:
+            if exc.code in NO_SUCH_TOPIC:
+                return None
+            raise
+
     async def _metadata(self, args_text: str) -> str:
+        reply, _ = await self._metadata_head(args_text)
+        return reply
+
+    async def _metadata_head(self, args_text: str) -> tuple[str, TopicInfo | None]:
+        """METADATA's reply as both dialects begin it (every partition led here, epoch 0) and
+        the topic; or the error reply and None."""
         topic = codec.parse_params(args_text).get("topic", "")
         if not topic:
-            return "ERROR: missing_topic command=METADATA"
+            return "ERROR: missing_topic command=METADATA", None
         info = await self._topic(topic)
         if info is None:
-            return f"ERROR: topic_not_found topic={topic}"
+            return f"ERROR: topic_not_found topic={topic}", None
         addr = f"{self.ctx.advertised_host}:{self.ctx.advertised_port}"
         n = info.partitions
-        return (
-            f"OK topic={topic} partitions={n} leaders={','.join([addr] * n)} "
-            f"epochs={','.join(['0'] * n)}"
-        )
+        leaders, epochs = ",".join([addr] * n), ",".join(["0"] * n)
+        return f"OK topic={topic} partitions={n} leaders={leaders} epochs={epochs}", info
 
     async def _find_coordinator(self, args_text: str) -> str:
         if not codec.parse_params(args_text).get("group"):
@@ -137,3 +138,18 @@ class TopicCommands:
             f"OK coordinator_id=standalone host={self.ctx.advertised_host} "
             f"port={self.ctx.advertised_port}"
         )
+
+
+def partition_rows(desc: TopicDescription) -> list[dict[str, Any]]:
+    """DESCRIBE's partitions, as the standalone broker shows them (no leader, no replicas)."""
+    return [
+        {
+            "id": p.partition,
+            "leader": "",
+            "replicas": None,
+            "isr": None,
+            "leo": p.high_watermark,
+            "hwm": p.high_watermark,
+        }
+        for p in desc.partitions
+    ]
