@@ -411,7 +411,7 @@ def _ms(timestamp_us: int) -> int:
 
 def _key(key: bytes | None) -> bytes | None:
     # TANK keys carry a u8 length; a longer key from another protocol keeps its first 255 bytes
-    # (README translation table).
+    # (docs/interop.md).
     return key if key is None or len(key) <= 255 else key[:255]
 
 
