@@ -77,9 +77,9 @@ def documented_sections() -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     current: dict[str, str] | None = None
     for line in DOC.read_text().splitlines():
-        m = HEADING.match(line)
-        if m:
-            current = out.setdefault(m.group(1), {})
+        if line.startswith("#"):
+            m = HEADING.match(line)
+            current = out.setdefault(m.group(1), {}) if m else None
             continue
         m = ROW.match(line)
         if m and current is not None:
