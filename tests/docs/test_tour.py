@@ -109,47 +109,59 @@ def test_the_tour_parser_reads_commands_and_outputs() -> None:
     assert not matches(["k2 world"], "k1 hello\n")
 
 
+def start_like_make_run(
+    tmp_path: Path, ports: set[int]
+) -> tuple[subprocess.Popen, int, dict[str, str], str]:
+    """The gateway started with the command `make run PORT_OFFSET=N` runs (found by a dry run,
+    so nothing is installed into the shared venv); a new offset when a port was taken between
+    the check and the bind. Returns the process, the offset, the environment and the
+    ``listening`` line."""
+    for _attempt in range(3):
+        offset = free_offset(ports)
+        dry = subprocess.run(
+            ["make", "-n", "run", f"PORT_OFFSET={offset}"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert dry.returncode == 0, dry.stderr
+        serve = dry.stdout.strip().splitlines()[-1]
+        assert serve == (
+            f"GATEWAY_PORT_OFFSET={offset} .venv/bin/gateway serve --config config/gateway.toml"
+        )
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO_ROOT),  # this checkout's code, whatever .venv came from
+            "GATEWAY_PORT_OFFSET": str(offset),  # for the `gateway` commands of the tour
+            "GATEWAY_SERVER__DATA_DIR": str(tmp_path / "data"),
+        }
+        log_path = tmp_path / f"gateway-{offset}.log"
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(
+                ["bash", "-c", f"exec env {serve}"], cwd=REPO_ROOT, env=env, stdout=log, stderr=log
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            lines = log_path.read_text().splitlines()
+            listening = next((line for line in lines if line.startswith("listening ")), "")
+            if listening:
+                return proc, offset, env, listening
+            if proc.poll() is not None:
+                if "cannot bind" in log_path.read_text():
+                    break  # taken meanwhile by someone else: another offset
+                raise AssertionError(log_path.read_text())
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError("the gateway did not start in 60 s")
+            time.sleep(0.2)
+    raise AssertionError("no free set of ports in 3 attempts")
+
+
 def test_the_readme_tour(tmp_path: Path) -> None:
     ports = configured_ports()
-    offset = free_offset(ports)
-    # the command `make run PORT_OFFSET=N` runs (dry run: no install into the shared venv)
-    dry = subprocess.run(
-        ["make", "-n", "run", f"PORT_OFFSET={offset}"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert dry.returncode == 0, dry.stderr
-    serve = dry.stdout.strip().splitlines()[-1]
-    assert serve == (
-        f"GATEWAY_PORT_OFFSET={offset} .venv/bin/gateway serve --config config/gateway.toml"
-    )
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO_ROOT),  # this checkout's code, whatever .venv was installed from
-        "GATEWAY_PORT_OFFSET": str(offset),  # for the `gateway` commands of the tour
-        "GATEWAY_SERVER__DATA_DIR": str(tmp_path / "data"),
-    }
-    log = (tmp_path / "gateway.log").open("w+")
-    proc = subprocess.Popen(
-        ["bash", "-c", f"exec env {serve}"], cwd=REPO_ROOT, env=env, stdout=log, stderr=log
-    )
+    proc, offset, env, listening = start_like_make_run(tmp_path, ports)
     try:
-        deadline = time.monotonic() + 60
-        listening = ""
-        while not listening:
-            assert proc.poll() is None, (tmp_path / "gateway.log").read_text()
-            assert time.monotonic() < deadline, "the gateway did not start in 60 s"
-            time.sleep(0.2)
-            listening = next(
-                (
-                    line
-                    for line in (tmp_path / "gateway.log").read_text().splitlines()
-                    if line.startswith("listening ")
-                ),
-                "",
-            )
         readme = README.read_text()
         shown = next(line for line in readme.splitlines() if line.startswith("listening "))
 
@@ -186,8 +198,7 @@ def test_the_readme_tour(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        log.close()
-    assert proc.returncode == 0, (tmp_path / "gateway.log").read_text()
+    assert proc.returncode == 0, (tmp_path / f"gateway-{offset}.log").read_text()
 
 
 @pytest.mark.parametrize("name", ["kcat", "curl", "bash", "make"])
