@@ -1,4 +1,5 @@
-# `make run`: the gateway with config/gateway.toml (embedded backend, every listener on loopback).
+# `make run`: the gateway with config/gateway.toml (embedded backend, every listener on loopback);
+#   `make run CONFIG=other.toml` another config, `make run PORT_OFFSET=10000` every port moved by N.
 # `make bench`: the benchmark report (bench/results/REPORT.md).
 # `make test`: install test dependencies and the servers/clients the tests drive, run the suite.
 PY ?= python3
@@ -21,8 +22,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP) $(STAMP_RUN)
 
+CONFIG ?= config/gateway.toml
+PORT_OFFSET ?=
+
 run: $(STAMP_RUN)
-	$(BIN)/gateway serve --config config/gateway.toml
+	GATEWAY_PORT_OFFSET=$(PORT_OFFSET) $(BIN)/gateway serve --config $(CONFIG)
 
 deps:
 	@set -e; for f in .ci/deps/*.sh; do [ -e "$$f" ] || continue; echo "== $$f"; bash "$$f"; done

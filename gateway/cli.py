@@ -182,6 +182,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.observability import setup_logging
     from gateway.server import run_forever
 
+    if args.config is None:
+        # without a file the gateway would serve nothing but the admin port and make ./data
+        raise UsageError(
+            f"no config file: looked for {DEFAULT_CONFIG} in {os.getcwd()}; pass --config FILE "
+            "(the repository's config/gateway.toml serves every protocol on loopback)"
+        )
     config = _load(args)
     setup_logging(config.server.log_format, config.server.log_level)
     _check_data_dirs(config)

@@ -108,7 +108,11 @@ def _explain_one(exc: BaseException) -> Failure | None:  # noqa: PLR0911 - one b
         if isinstance(exc.code, str):
             message = exc.code
             if "cannot bind" in message:
-                message += " (stop the process using that port or configure another port)"
+                message += (
+                    " (stop the process using that port; move every port at once with"
+                    " GATEWAY_PORT_OFFSET=N, e.g. make run PORT_OFFSET=10000;"
+                    " or configure another port)"
+                )
             return Failure(message, RUNTIME)
         return Failure("", exc.code if isinstance(exc.code, int) else RUNTIME)
     if isinstance(exc, ConnectionRefusedError):

@@ -29,6 +29,9 @@ from gateway.protocols.base import ListenerConfig
 from gateway.tls import check_tls
 
 ENV_PREFIX = "GATEWAY_"
+PORT_OFFSET_ENV = "GATEWAY_PORT_OFFSET"
+"""Added to every non-zero port (admin and listeners) so a whole gateway moves at once
+(``make run PORT_OFFSET=10000``); port 0 (pick a free one) stays 0."""
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -435,5 +438,46 @@ def load_config(
             raise ConfigError([f"{path}: file not found"]) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
-    data = apply_env(data, os.environ if environ is None else environ)
-    return parse_config(data, source)
+    env = os.environ if environ is None else environ
+    data = apply_env(data, env)
+    config = parse_config(data, source)
+    return apply_port_offset(config, env.get(PORT_OFFSET_ENV, ""))
+
+
+def apply_port_offset(config: GatewayConfig, raw: str) -> GatewayConfig:
+    """``config`` with ``raw`` (the value of GATEWAY_PORT_OFFSET, "" = none) added to the admin
+    port and every listener's port that is not 0. Advertised ports stay as configured: they name
+    an address outside the gateway (a balancer, a NAT)."""
+    raw = raw.strip()
+    if not raw:
+        return config
+    try:
+        offset = int(raw)
+    except ValueError:
+        raise ConfigError(
+            [f"{PORT_OFFSET_ENV}: got {raw!r}, expected an integer added to every port"]
+        ) from None
+    problems: list[str] = []
+
+    def moved(key: str, port: int) -> int:
+        if port == 0:
+            return 0
+        if not 1 <= port + offset <= 65535:
+            problems.append(
+                f"{key}: got {port} + {PORT_OFFSET_ENV} {offset} = {port + offset}, "
+                "expected a port number 1..65535"
+            )
+            return port
+        return port + offset
+
+    admin = dataclasses.replace(config.admin, port=moved("admin.port", config.admin.port))
+    listeners = {
+        name: dataclasses.replace(
+            cfg,
+            port=moved(f"listeners.{name}.port", cfg.port),
+        )
+        for name, cfg in config.listeners.items()
+    }
+    if problems:
+        raise ConfigError(problems)
+    return dataclasses.replace(config, admin=admin, listeners=listeners)

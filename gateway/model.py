@@ -30,7 +30,7 @@ How each protocol's concepts map onto the model
   ``RESERVED_HEADER_PREFIX``
   (Cursus eventType/schemaVersion/aggregateVersion/producerId, Iggy message id and typed headers,
   Liftbridge correlation id), so another protocol of the same family gets them back. Kafka 0.8 has
-  no headers and drops them (README translation table).
+  no headers and drops them (docs/interop.md).
 - **Errors**: :class:`GatewayError` carries one canonical :class:`ErrorCode`; each protocol maps
   it to its own codes in one table.
 """

@@ -1,4 +1,5 @@
-"""The Cursus listener (cursus.md): text commands, binary batches, consumer groups, STREAM.
+"""The Cursus listener: text commands, binary batches, consumer groups, STREAM
+(docs/protocols/cursus.md).
 
 It answers in two dialects (``dialect.py``): the older broker's, with what the PyPI client
 cursus-client 0.1.1 needs, and the current broker's (``dialect_2026_08.py``).
@@ -34,8 +35,8 @@ class CursusListenerConfig(ListenerConfig):
     """FETCH_OFFSET reply format: ``ok`` = ``OK offset=N`` (cursus-client 0.1.1, the newer broker);
     ``integer`` = a plain ``N`` (the April 2026 broker, Java SDK, April Python SDK)."""
     dialect: str = "auto"
-    """Reply dialect (docs/cursus.md): ``2026-04`` = the broker the older Go SDK and cursus-client
-    0.1.1 were written against; ``2026-08`` = the current broker (``OK key=value`` /
+    """Reply dialect (docs/protocols/cursus.md): ``2026-04`` = the broker the older Go SDK and
+    cursus-client 0.1.1 were written against; ``2026-08`` = the current broker (``OK key=value`` /
     ``ERROR: token key=value``, generation-fenced group commands); ``auto`` = ``2026-04`` until a
     connection sends a command only the current SDK sends, then ``2026-08`` on that connection."""
     default_partitions: int = 4

@@ -1,10 +1,10 @@
-"""Sans-IO codec for the Cursus broker protocol (cursus.md), in both roles.
+"""Sans-IO codec for the Cursus broker protocol (docs/protocols/cursus.md), in both roles.
 
 Hand-written: the wire mixes free-form ``KEY key=value`` text with a binary batch whose length
 prefixes are u8, u16 and u32 in one record, which no declarative schema library decodes at speed.
 
 Frames are ``length u32 BE`` + body. A body starting ``BA 7C`` with a topic length > 0 is a binary
-batch (section 5); anything else is text, usually inside the envelope ``topic_len u16 + topic``.
+batch (wire notes); anything else is text, usually inside the envelope ``topic_len u16 + topic``.
 Nothing here does I/O: :class:`FrameBuffer` cuts frames out of received bytes, the functions below
 turn bodies into messages and messages into bytes. :class:`RemoteProtocolError` means the peer sent
 something bad; :class:`LocalProtocolError` means we tried to build something invalid.
@@ -139,7 +139,7 @@ def _unsnappy(body: bytes) -> bytes:
 
 
 def decompress(body: bytes, compression: str) -> bytes:
-    """Undo the broker-wide incoming compression (section 2): gzip; snappy as the broker's
+    """Undo the broker-wide incoming compression (the wire notes): gzip; snappy as the broker's
     go-xerial-snappy reads it (xerial framing or a raw block); lz4 as pierrec/lz4 v4 writes it
     (the LZ4 frame format). Raises RemoteProtocolError."""
     if compression in ("none", ""):
@@ -249,7 +249,7 @@ class Message(NamedTuple):
 
 @dataclass(slots=True)
 class Batch:
-    """A binary batch. ``body`` holds exactly ``count`` encoded messages (section 5.1, from the
+    """A binary batch. ``body`` holds exactly ``count`` encoded messages (the wire notes, from the
     first message's offset field); ``starts`` the byte position of each message in ``body``."""
 
     topic: str

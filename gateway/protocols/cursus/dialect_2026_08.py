@@ -5,7 +5,7 @@ BATCH_COMMIT and FETCH_OFFSET.
 Each handler answers as the current upstream broker's command handlers do in standalone mode:
 ``OK key=value ...`` on success, ``ERROR: snake_case_token key=value ...`` on failure, checks in
 the broker's order, group commands fenced by ``generation=`` and ``member=``. The table of
-replies is in docs/cursus.md. Mixed into
+replies is in docs/protocols/cursus.md. Mixed into
 :class:`~gateway.protocols.cursus.session.CursusSession` next to the ``2026-04`` handlers.
 """
 

@@ -1,7 +1,7 @@
 """One Cursus connection: frames in, commands of the model to the core, replies out in order.
 
 Replies follow the Go broker at ``c436b45`` (standalone) word for word, except where the issue
-and cursus.md section 9.6 ask for the newer dialect that cursus-client 0.1.1 needs: FETCH_OFFSET
+and docs/protocols/cursus.md ask for the newer dialect that cursus-client 0.1.1 needs: FETCH_OFFSET
 ``OK offset=N`` (a listener option), METADATA, FIND_COORDINATOR, rebalance tokens (GEN_MISMATCH,
 member_not_found, NOT_OWNER) from HEARTBEAT and commits, an error reply for a batch to an unknown
 topic, the batch header's partition honoured, ``last_offset`` = last assigned offset, a JSON ack

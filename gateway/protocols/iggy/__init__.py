@@ -1,6 +1,6 @@
 """The Iggy listener: Iggy's binary TCP protocol, the pre-authentication generation (apache/iggy
 56bee28ca) and the 0.6 dialect spoken by iggy-py 0.4.0 (chosen per connection on LOGIN_USER).
-Reference: shared/protocols/iggy.md."""
+Reference: docs/protocols/iggy.md."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Hand-written: no Python library implements this wire format (the only SDK is a R
 module), so layouts are declared below as field tables and the two hot paths (send and poll
 message sets) are hand-tuned with ``struct.Struct``.
 
-Reference: ``shared/protocols/iggy.md``. Framing, little endian::
+Reference: ``docs/protocols/iggy.md``. Framing, little endian::
 
     request   length u32 (= 4 + payload) | code u32 | payload
     response  status u32 | length u32 (payload only) | payload
@@ -17,7 +17,7 @@ code, which the server answers with an error frame.
 
 Dialects: a connection starts in :data:`Dialect.OLD`; the server connection switches itself to
 :data:`Dialect.V06` on LOGIN_USER (38), the first non-PING command any 0.6 client sends and a code
-the pre-authentication generation never has (iggy.md section 9.5).
+the pre-authentication generation never has (docs/protocols/iggy.md, wire notes).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class Code(enum.IntEnum):
 
 
 class Status(enum.IntEnum):
-    """Iggy error codes (iggy.md section 8 and 9.4)."""
+    """Iggy error codes (docs/protocols/iggy.md, wire notes)."""
 
     OK = 0
     ERROR = 1

@@ -1,6 +1,6 @@
 """Iggy's streams, topics and consumer groups on the gateway's canonical topics.
 
-Naming rule (DESIGN.md, configurable per listener): stream ``default_stream`` (``default``)
+Naming rule (docs/protocols/iggy.md; configurable): stream ``default_stream`` (``default``)
 holds the undotted canonical names; stream ``s`` topic ``t`` is the canonical topic ``s.t``
 (split at the first ``stream_separator``). Stream names may not contain the separator, nor may
 topic names of the default stream, so the mapping is one to one.

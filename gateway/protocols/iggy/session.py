@@ -4,9 +4,9 @@ Per connection: the dialect (old until LOGIN_USER, see codec), the logged-in use
 and the consumer-group memberships. Shared by every connection of one core (``IggyState``): the
 durable id registry, the client table and which model member belongs to which Iggy client.
 
-Edge mappings (DESIGN.md): partition ids are 1-based (model partition = id - 1); Iggy's stored
-consumer offset is the last offset consumed (model committed offset - 1; 0 when nothing is
-stored, like the reference server); a consumer (kind 1) id N keeps its offsets as the model
+Mappings (docs/protocols/iggy.md): partition ids are 1-based (model partition = id - 1); the
+stored consumer offset is the last offset consumed (model committed offset - 1; 0 when nothing
+is stored, like the reference server); a consumer (kind 1) id N keeps its offsets as the model
 group ``iggy-consumer-N``; a consumer group (kind 2) is the model group named by the registry
 (``"N"`` unless named). Messages, their ids and typed headers: ``messages.py`` (send writes
 one canonical block, poll transcodes stored canonical windows).

@@ -2,7 +2,7 @@
 
 ``codec`` (framing, declared layouts, both roles), ``messageset`` (the hand-tuned message-set path),
 ``compression`` (gzip, snappy, lz4) and ``session`` (requests -> commands of the model).
-Reference: ``shared/protocols/kafka08.md``.
+Reference: ``docs/protocols/kafka08.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Kafka08ListenerConfig(ListenerConfig):
     "snappy" (xerial framing) or "lz4" (the 0.8.2 framing)."""
     api_versions: bool = True
     """Answer ApiVersions (key 18) with the 0.8.2 table, so unmodified modern clients fall back
-    to the v0 APIs (kafka08.md section 7). False: close on it like a real 0.8.2 broker."""
+    to the v0 APIs (docs/protocols/kafka08.md). False: close on it like a real 0.8.2 broker."""
     message_max_bytes: int = 1_000_012
     """Largest produced message (MessageSizeTooLarge, error 10, above it)."""
     node_id: int = 0

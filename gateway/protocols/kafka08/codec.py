@@ -1,8 +1,8 @@
-"""Kafka 0.8 wire codec, sans-IO, in both roles (``shared/protocols/kafka08.md``).
+"""Kafka 0.8 wire codec, sans-IO, in both roles (``docs/protocols/kafka08.md``).
 
 - :class:`FrameBuffer` accumulates bytes and cuts int32-size-prefixed frames (h11's receive buffer
   at a smaller scale); a size <= 0 or above the limit is a :class:`RemoteProtocolError`.
-- The request and response bodies of every 0.8.2 API (plus ApiVersions, section 7) are declared
+- The request and response bodies of every 0.8.2 API (plus ApiVersions) are declared
   as layouts below; :data:`REQUESTS` and :data:`RESPONSES` map (api key, version) to them.
 - :class:`ServerConnection` (a listener): bytes in, :class:`Request` out; responses out as bytes.
   :class:`ClientConnection` (an upstream or a test client): requests out, responses in, matched
@@ -251,7 +251,7 @@ API_TABLE: tuple[tuple[int, int, int], ...] = (
     (ApiKey.CONSUMER_METADATA, 0, 0),
     (ApiKey.API_VERSIONS, 0, 3),
 )
-"""What ApiVersions advertises: the 0.8.2 table plus key 18 (kafka08.md 7.3)."""
+"""What ApiVersions advertises: the 0.8.2 table plus key 18 (docs/protocols/kafka08.md)."""
 
 
 def request_layout(api_key: int, version: int) -> Layout | None:

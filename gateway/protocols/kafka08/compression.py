@@ -1,4 +1,4 @@
-"""Kafka 0.8 message compression (kafka08.md 5.4-5.7): gzip (zlib), snappy (raw and xerial
+"""Kafka 0.8 message compression (docs/protocols/kafka08.md): gzip (zlib), snappy (raw and xerial
 snappy-java framing) and lz4 in the 0.8.2 framing (LZ4 frame with Kafka's faulty header
 checksum), through cramjam. Sans-IO; errors raise :class:`CompressionError`."""
 

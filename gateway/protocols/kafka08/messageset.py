@@ -1,4 +1,4 @@
-"""The hand-tuned message-set path (kafka08.md section 5, magic 1 from section 7.4).
+"""The hand-tuned message-set path (docs/protocols/kafka08.md: magic 0 and 1).
 
 Hot paths build no per-record Python objects; they transcode between Kafka's magic-0 message sets
 and the canonical batch encoding (``gateway.canonical``) that the embedded log stores as it is and

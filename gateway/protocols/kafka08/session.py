@@ -75,7 +75,7 @@ ERROR_CODES: dict[ErrorCode, int] = {
     ErrorCode.NOT_COORDINATOR: 16,
     ErrorCode.INVALID_TOPIC: 17,
 }
-"""The one table from canonical errors to Kafka 0.8 codes (kafka08.md section 6); everything
+"""The one table from canonical errors to Kafka 0.8 codes (docs/protocols/kafka08.md); everything
 else is -1 Unknown (codes above 20 do not exist for 0.8 clients)."""
 
 CLIENT_ERRORS = frozenset(

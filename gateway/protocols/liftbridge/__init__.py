@@ -1,5 +1,5 @@
 """Liftbridge: its gRPC API (package ``proto``, service ``API``) over HTTP/2 on our own trio
-listener (``h2`` sans-IO; see liftbridge.md section 9), protobuf messages from our own
+listener (``h2`` sans-IO; see docs/protocols/liftbridge.md), protobuf messages from our own
 ``liftbridge_api.proto``.
 
 Parts: ``codec.py`` (sans-IO gRPC framing over h2, both roles), ``envelope.py`` (the NATS

@@ -1,7 +1,7 @@
 """Sans-IO gRPC over HTTP/2 for the Liftbridge API, in both roles.
 
 Bytes in, events out; calls in, bytes out. No sockets, no trio. HTTP/2 itself is the sans-IO
-``h2`` library; this module adds what gRPC puts on top of it (liftbridge.md section 9):
+``h2`` library; this module adds what gRPC puts on top of it (docs/protocols/liftbridge.md):
 
 - the call: ``POST /proto.API/<Method>`` with ``content-type: application/grpc``, an optional
   ``grpc-timeout``; the response ``:status 200`` headers, messages, then trailers ``grpc-status``

@@ -1,4 +1,4 @@
-"""The Liftbridge NATS envelope (liftbridge.md section 7), sans-IO.
+"""The Liftbridge NATS envelope (docs/protocols/liftbridge.md), sans-IO.
 
 ``magic(4) version(1) header_len(1) flags(1) msg_type(1) [crc32c(4)] payload``; the payload is
 a protobuf ``Message`` (publish, type 0) or ``Ack`` (type 1). Plain NATS messages are not

@@ -3,7 +3,7 @@
 Liftbridge streams capture NATS subjects: the gateway subscribes to every stream partition's
 subject (partition 0 on the stream subject, partition i on ``<subject>.<i>``; a queue
 subscription when the stream has a group) on a real NATS server and stores what arrives
-(liftbridge.md 7.3):
+(docs/protocols/liftbridge.md):
 
 - a publish envelope (magic, version 0, header length 8 or 12, flags, CRC-32C when flagged,
   MsgType 0, a protobuf ``Message``): key, value and headers are stored; an Ack envelope goes to

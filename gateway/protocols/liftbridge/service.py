@@ -1,4 +1,4 @@
-"""The Liftbridge API on the command model: one method per RPC (liftbridge.md sections 5 and 6).
+"""The Liftbridge API on the command model: one method per RPC (docs/protocols/liftbridge.md).
 
 A stream is a topic; its subject is the topic config key ``subject`` (the stream name for topics
 made through other protocols). This gateway is the one broker and the leader of every partition.

@@ -2,7 +2,7 @@
 
 Paused and readonly flags per partition, and the subscriptions to end when a partition is paused
 or its stream deleted. It lives in the process (one gateway is one broker); a second gateway
-instance does not see another's pause/readonly flags (documented in the README).
+instance does not see another's pause/readonly flags (documented in docs/protocols/liftbridge.md).
 """
 
 from __future__ import annotations

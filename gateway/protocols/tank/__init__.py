@@ -1,5 +1,5 @@
 """TANK listener (phaistos-networks/TANK 4.0 binary protocol): produce, consume, discovery,
-topic creation. Reference: ``shared/protocols/tank.md``."""
+topic creation. Reference: ``docs/protocols/tank.md``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """TANK bundles: the message-set encoding used on the wire and in TANK's segment files.
 
 Hand-written because no library implements TANK's encoding. Sans-IO and pure: bytes in, messages
-out. See ``shared/protocols/tank.md`` section 3.
+out. See ``docs/protocols/tank.md`` (wire notes).
 
 A bundle is ``flags u8 · [extra_flags u8 · [leader_epoch u32 · producer_id u64 ·
 producer_epoch u16]] · [count varint] · [first_seq u64 · [last-first-1 varint]] · message set``,
@@ -10,7 +10,7 @@ bundles are not in the bundle: the reader derives them from a base it knows.
 
 :data:`TANK_BUNDLE` is the :class:`gateway.model.BatchCodec` that lets a backend keep a produced
 bundle as it came, so a TANK consumer reading TANK-produced data gets the bytes back without any
-per-record object being built (the same-format path of DESIGN.md).
+per-record object being built (the same-format path, docs/protocols/tank.md).
 """
 
 from __future__ import annotations
@@ -419,7 +419,7 @@ def _ms(timestamp_us: int) -> int:
 
 def _key(key: bytes | None) -> bytes | None:
     # TANK keys carry a u8 length; a longer key from another protocol keeps its first 255 bytes
-    # (README translation table).
+    # (docs/interop.md).
     return key if key is None or len(key) <= 255 else key[:255]
 
 

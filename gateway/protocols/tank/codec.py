@@ -1,7 +1,7 @@
 """The TANK wire protocol, sans-IO, in both roles (server: decode requests, encode responses;
 client: encode requests, decode responses). Hand-written because no Python TANK library exists.
 
-Reference: ``shared/protocols/tank.md``. Frames are ``msg_id u8 · payload_size u32 · payload``,
+Reference: ``docs/protocols/tank.md``. Frames are ``msg_id u8 · payload_size u32 · payload``,
 little endian. :class:`TankConnection` is the one public object, in the style of h11:
 ``receive_data(bytes)``, ``next_event()`` (an event or :data:`NEED_DATA`), ``send(event) -> bytes``.
 :class:`RemoteProtocolError` means the peer sent something bad (the server closes, as the real
@@ -47,7 +47,7 @@ class MsgId(enum.IntEnum):
     DISCOVER_TOPOLOGY = 0x0C
 
 
-# Produce status bytes (tank.md 4.1)
+# Produce status bytes (docs/protocols/tank.md)
 P_OK = 0x00
 P_UNKNOWN_PARTITION = 0x01
 P_IO_FAULT = 0x02
@@ -59,7 +59,7 @@ P_NO_LEADER = 0xFD
 P_READ_ONLY = 0xFE
 P_UNKNOWN_TOPIC = 0xFF
 
-# Consume partition err_or_flags (tank.md 4.2)
+# Consume partition err_or_flags (docs/protocols/tank.md)
 C_OK = 0x00
 C_BOUNDARY = 0x01
 C_OTHER_LEADER = 0xFC
@@ -68,7 +68,7 @@ C_SPARSE = 0xFE
 C_SYSTEM_ERROR = 0xFB
 C_UNKNOWN_PARTITION = 0xFF
 
-# CreateTopic err (tank.md 5)
+# CreateTopic err (docs/protocols/tank.md)
 CT_OK = 0
 CT_EXISTS = 1
 CT_SYSTEM_ERROR = 2

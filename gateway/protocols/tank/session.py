@@ -1,7 +1,7 @@
 """The TANK session: one per connection; TANK requests -> commands of the model -> TANK responses.
 
-Edge mapping (DESIGN.md): sequence number = offset + 1 (0 in a consume = earliest; u64::MAX =
-the tail); ``hwmark`` = the high watermark (the sequence number of the last message); a
+Mapping (docs/protocols/tank.md): sequence number = offset + 1 (0 in a consume = earliest;
+u64::MAX = the tail); ``hwmark`` = the high watermark (the sequence number of the last message); a
 partition's first available sequence number is ``log_start + 1`` (0 while it is empty);
 timestamps are milliseconds; TANK has no headers.
 
@@ -272,7 +272,7 @@ class TankSession:
         expected_offset: int | None = None
         if explicit:
             # Explicit sequence numbers (mirroring). Offsets are dense in the model, so they must
-            # continue the partition exactly: hwmark + 1, consecutive (DESIGN.md decision). The
+            # continue the partition exactly: hwmark + 1, consecutive (docs/protocols/tank.md). The
             # "continues exactly" part is the backend's conditional append (expected_offset),
             # not a watermark read here: another writer can append between a read and the
             # produce, and the records would land at other sequence numbers than named.

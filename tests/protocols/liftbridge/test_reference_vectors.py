@@ -127,7 +127,7 @@ def test_where_the_reference_server_is_plainly_wrong_the_gateway_keeps_its_answe
     api: Any,
 ) -> None:
     # the reference server crashes on a negative partition count and accepts "a/b" (a name no
-    # other protocol could use); the gateway refuses both (docs/liftbridge.md)
+    # other protocol could use); the gateway refuses both (docs/protocols/liftbridge.md)
     for req, message in (
         (
             pb.CreateStreamRequest(name="neg", subject="neg", partitions=-1),
