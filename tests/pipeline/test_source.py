@@ -208,7 +208,11 @@ def test_failed_write_aborts_and_reports(
         ).option("reportPath", str(report)).save()
     totals = json.loads(report.read_text())
     assert totals["status"] == "aborted"
-    assert totals["records"] == sum(o.high_watermark for o in client.offsets(topic))
+    stored = sum(o.high_watermark for o in client.offsets(topic))
+    # the report counts the tasks Spark saw end: either the task with the good row ended (its
+    # record counted), or Spark cancelled it after its append and before it ended (a loaded
+    # machine), and then no task is reported and its record is stored all the same
+    assert totals["records"] == stored or (totals["records"] == 0 and totals["tasks"] == 0)
 
 
 def test_an_embedded_log_written_before_start_tables_reads_the_same(
