@@ -16,7 +16,7 @@ backend of the same type.
 
 Each figure is the best of 3 alternating runs (the machine is shared).
 
-Run: ``python bench/cursus.py``; results go to ``bench/results/cursus.json``. Target (issue 8):
+Run: ``python bench/cursus.py``; results go to ``bench/results/cursus.json``. Target:
 what the Go Cursus broker does on this machine with this load, >= 170k messages/s produced and
 >= 280k consumed.
 """

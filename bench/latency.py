@@ -3,18 +3,18 @@ concurrency, batch throughput and idle connections of the five listeners, in one
 
 The gateway is ``python -m gateway serve`` in a subprocess with all five listeners on loopback.
 The load of the gateway path (saturation and latency under load) comes from bench/loadgen.c, a C
-program in its own process that replays the produce request the protocol's in-repo client
-encoded (``gateway.interop.drivers``, built on the protocol's codec; bench/loadgen.py records
-it), and checks after every run that each answered produce stored its record. ``--generator
-python`` drives the same requests from this process through the in-repo clients instead (the
-generator of sessions 1-5: 200-300 us of CPU per request, as much as the gateway's, on a machine
-of 2 CPUs). The batches and idle-connection figures use the in-repo clients in this process. The
-gateway's and the generator's CPU use are recorded during every loaded run, so a generator-bound
+program in its own process that replays the produce request the protocol's in-repo client encoded
+(``gateway.interop.drivers``, built on the protocol's codec; bench/loadgen.py records it), and
+checks after every run that each answered produce stored its record. ``--generator python`` drives
+the same requests from this process through the in-repo clients instead (the generator of the
+measurements before 2026-11-25: 200-300 us of CPU per request, as much as the gateway's, on a
+machine of 2 CPUs). The batches and idle-connection figures use the in-repo clients in this process.
+The gateway's and the generator's CPU use are recorded during every loaded run, so a generator-bound
 figure is visible in the results.
 
 Workload (printed too), per protocol:
 
-- latency under load (issue 12: "p99 added latency of the gateway (gateway path minus direct
+- latency under load (the target: "p99 added latency of the gateway (gateway path minus direct
   backend path) at 50% of saturation, per protocol; target <= 2 ms"). Requests: produce of 1
   record (100-byte value) to partition 0 of one topic. Backend: the embedded log with its default
   fsync policy (every 50 ms in a worker thread; an acknowledgement does not wait for it): the
@@ -127,7 +127,7 @@ MAX_LAG_MS = 20.0  # a scheduler later than this at p99 was stalled: the run is 
 # the host ran something else on our virtual CPUs for more than this share of the run's CPU
 # time (/proc/stat steal): both processes were stalled at random for ms at a time, and that
 # tail says nothing about the gateway, so the run is repeated. Why 0.5: in identical runs of
-# one build (bench/README, session 9) the gateway path's p99 rose with the steal from the
+# one build (bench/README, 2026-11-26) the gateway path's p99 rose with the steal from the
 # first tenths of a percent (Kafka 0.8 at 2,800 req/s: 0.9-1.1 ms at 0.1-0.25% steal, 2.0-2.9
 # at 0.56-1.05%, 3.7-5.1 at 1.8-2.6%): the host takes its share in bursts of ms, and a queue
 # of requests builds up behind each one

@@ -41,7 +41,7 @@ from gateway.server import build_backends, build_core  # noqa: E402
 
 VALUE_BYTES = 256
 BASELINE_BATCH = 1000
-TARGET_PUBLISH = 20_000  # messages/s published through gRPC (issue 6)
+TARGET_PUBLISH = 20_000  # messages/s published through gRPC (its target)
 
 GRPCIO_CLIENT = r"""
 import sys, time, json, grpc

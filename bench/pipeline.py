@@ -22,7 +22,7 @@ topic in this run:
 CPU seconds are printed beside each figure (reader, gateway, Spark's JVM and Python workers;
 for Spark the mean of the timed exports, and the gateway's CPU in the first warm-up export
 apart: the session's first read of the topic): on a busy machine they tell more than wall time.
-Targets (issue 11): local[2] >= 1.3x local[1]; the local[2] export >= the baseline.
+Targets: local[2] >= 1.3x local[1]; the local[2] export >= the baseline.
 Results are printed and appended to bench/results/pipeline.jsonl.
 """
 

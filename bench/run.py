@@ -8,7 +8,7 @@ goes on. The report has, per protocol and path: records/s and MB/s for produce a
 in-process baseline measured by the same driver in the same run and the ratio to it, which load
 generator drove it, p50/p99/p999 request latency (bench/latency.py) and the idle-connection
 memory. Not run here: bench/pipeline.py (Spark: two JVMs and minutes of exports before its
-ratio means anything, issue 11's own benchmark); the targets table shows its last published
+ratio means anything, the Spark export's own benchmark); the targets table shows its last published
 run (``bench/results/pipeline.jsonl``), marked as such.
 
 Usage: ``python bench/run.py [--only NAME,...] [--report-only]``.
@@ -448,7 +448,7 @@ def latency_section(lat: dict) -> list[str]:
         f"Workload: {w['latency']}. Backend: {w['latency_backend']}. Load generator: "
         f"{w['generator']} (the gateway in its own process). Added = gateway path minus direct "
         f"path (`Core.execute` in-process on the same backend), measured in this run at the "
-        f"same rate; target of issue 12: added p99 <= {target} ms. Latency runs from each "
+        f"same rate; target: added p99 <= {target} ms. Latency runs from each "
         "request's release by the fixed-rate scheduler to its answer (a request waiting for a "
         "free connection counts that wait: no coordinated omission); the scheduler's own lag "
         f"behind the ideal send times is the `lag p99` column. {ADDED_BIAS[generator]} "
@@ -631,7 +631,7 @@ def rerun_note(rerun: dict | None) -> str:
 
 
 def targets_of(latest: dict) -> list[dict[str, Any]]:
-    """The issues' targets against this run, and issue 11's against bench/pipeline.py's last."""
+    """The targets against this run, and the Spark export's against bench/pipeline.py's last."""
     path = RESULTS / "pipeline.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []
     runs = [json.loads(line) for line in lines if line.strip()]

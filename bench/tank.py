@@ -15,7 +15,7 @@ Snappy-compressed. The bundles are encoded before the clock starts (that is the 
   ``Core.execute(Fetch)`` to the end with ``max_bytes`` 1 MiB: the work the gateway cannot avoid,
   without the network, the framing and the second process.
 
-Target of issue 7: >= 200k messages/s produced uncompressed through the gateway.
+Target: >= 200k messages/s produced uncompressed through the gateway.
 Run: ``python bench/tank.py``; results go to ``bench/results/tank.json``.
 """
 

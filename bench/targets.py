@@ -1,4 +1,4 @@
-"""The performance targets the protocol issues set, checked against one ``make bench`` run.
+"""The gateway's performance targets, checked against one ``make bench`` run.
 
 Each target names the driver whose result measures it and where in that result the figure is;
 ``evaluate`` reads the figures of a run (``latest.json``'s drivers) and says for each whether it
@@ -17,8 +17,7 @@ Getter = Callable[[dict], Any]
 
 @dataclass(frozen=True)
 class Target:
-    issue: str
-    what: str
+    what: str  # what the figure measures: the target's name in the report
     driver: str
     get: Getter  # the figure in the driver's result (KeyError: not measured)
     bound: float
@@ -55,14 +54,12 @@ def _latency(protocol: str) -> Getter:
 
 TARGETS: list[Target] = [
     Target(
-        "2",
         "embedded log appends, batches of 1000 (in-process)",
         "embedded_log",
         _path("runs", "1000", "embedded", "appends_per_s"),
         500_000,
     ),
     Target(
-        "2",
         "embedded log reads, batches of 1000 (in-process)",
         "embedded_log",
         _path("runs", "1000", "embedded", "reads_per_s"),
@@ -70,7 +67,6 @@ TARGETS: list[Target] = [
     ),
     *(
         Target(
-            "3",
             f"Kafka 0.8 {op} through the listener, kcat, {backend} backend",
             "kafka08",
             _path("runs", backend, op, "listener_records_per_s"),
@@ -81,7 +77,6 @@ TARGETS: list[Target] = [
     ),
     *(
         Target(
-            "5",
             f"{op}: gateway -> {name} over {over}",
             "backends",
             _path("targets", op, key),
@@ -95,7 +90,6 @@ TARGETS: list[Target] = [
         )
     ),
     Target(
-        "6",
         "Liftbridge PublishAsync through gRPC (in-repo HTTP/2 client, another process)",
         "liftbridge",
         _path("runs", "memory", "publish", "codec", "messages_per_s"),
@@ -103,7 +97,6 @@ TARGETS: list[Target] = [
         unit="messages/s",
     ),
     Target(
-        "7",
         "TANK produce, uncompressed",
         "tank",
         _path("runs", "none", "tank", "produce_msgs_per_s"),
@@ -112,7 +105,6 @@ TARGETS: list[Target] = [
     ),
     *(
         Target(
-            "8",
             f"Cursus {op}, {backend} backend",
             "cursus",
             _path(backend, "gateway", f"{op}_msgs_per_s"),
@@ -124,7 +116,6 @@ TARGETS: list[Target] = [
     ),
     *(
         Target(
-            "14",
             f"Iggy send, {backend} backend",
             "iggy",
             _path(backend, "gateway", "send_msgs_per_s"),
@@ -135,7 +126,6 @@ TARGETS: list[Target] = [
     ),
     *(
         Target(
-            "12",
             f"{protocol}: p99 added at 50% of saturation",
             "latency",
             _latency(protocol),
@@ -146,7 +136,6 @@ TARGETS: list[Target] = [
         for protocol in ("kafka08", "iggy", "tank", "liftbridge", "cursus")
     ),
     Target(
-        "12",
         "memory per idle connection (1000 on the TANK listener)",
         "latency",
         _path("idle", "bytes_per_idle_connection"),
@@ -163,7 +152,7 @@ def number(value: float) -> str:
 
 
 def pipeline_targets(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 11's targets from the last run of bench/pipeline.py (``pipeline.jsonl``), which
+    """The Spark export's targets from the last run of bench/pipeline.py (``pipeline.jsonl``), which
     ``make bench`` does not run (two JVMs, minutes of exports): marked with that run's time."""
     if not runs:
         return []
@@ -180,7 +169,6 @@ def pipeline_targets(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
     return [
         {
-            "issue": "11",
             "what": what,
             "driver": when,
             "target": f">= {number(bound)} x",
@@ -209,7 +197,6 @@ def evaluate(drivers: dict[str, dict]) -> list[dict[str, Any]]:
             met = value <= t.bound if t.at_most else value >= t.bound
         out.append(
             {
-                "issue": t.issue,
                 "what": t.what,
                 "driver": t.driver,
                 "target": f"{'<=' if t.at_most else '>='} {number(t.bound)} {t.unit}",
@@ -224,18 +211,16 @@ def section(targets: list[dict[str, Any]]) -> list[str]:
     """The report's table of targets, with a line naming the missed and the unmeasured."""
     lines = [
         "",
-        "## Targets of the issues",
+        "## Performance targets",
         "",
-        "| issue | what | driver | target | this run | met |",
-        "|---|---|---|---|---|---|",
+        "| what it measures | driver | target | this run | met |",
+        "|---|---|---|---|---|",
     ]
     for t in targets:
         value = t["measured"]
         shown = "-" if value is None else number(value)
         verdict = {True: "yes", False: "**NO**", None: "not measured"}[t["met"]]
-        lines.append(
-            f"| {t['issue']} | {t['what']} | {t['driver']} | {t['target']} | {shown} | {verdict} |"
-        )
+        lines.append(f"| {t['what']} | {t['driver']} | {t['target']} | {shown} | {verdict} |")
     missed = [t["what"] for t in targets if t["met"] is False]
     unmeasured = [t["what"] for t in targets if t["met"] is None]
     lines += [

@@ -1,4 +1,4 @@
-"""bench/targets.py: every issue's target read from a run's driver results, met, missed or not
+"""bench/targets.py: every performance target read from a run's driver results, met, missed or not
 measured, and the report's table naming the misses."""
 
 from __future__ import annotations
@@ -54,9 +54,7 @@ def test_what_did_not_run_or_has_no_figure_is_not_measured() -> None:
 def test_the_section_names_what_was_missed() -> None:
     tank = {"runs": {"none": {"tank": {"produce_msgs_per_s": 1_000.0}}}}
     lines = targets.section(targets.evaluate(drivers(tank=tank)))
-    assert "| 7 | TANK produce, uncompressed | tank | >= 200,000 messages/s | 1,000 | **NO** |" in (
-        lines
-    )
+    assert "| TANK produce, uncompressed | tank | >= 200,000 messages/s | 1,000 | **NO** |" in lines
     assert lines[-1].startswith(f"0 of {len(targets.TARGETS)} met; missed: TANK produce")
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Spark pipeline (issue 11): Java 17 for Spark, and PySpark + pyarrow (the `spark` extra)
+# The Spark pipeline: Java 17 for Spark, and PySpark + pyarrow (the `spark` extra)
 # into the repo's .venv, which the Makefile creates before running this script.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,7 +1,9 @@
 """The documentation stands alone: every relative link in README.md and docs/ resolves inside the
 repository (anchors included), every repository path it names exists, and no page points
-outside the repository or reads like a lab notebook (session or issue numbers). The same holds
-for the code's docstrings."""
+outside the repository or reads like a lab notebook (session or issue numbers). The benchmark
+notes (bench/README.md) are held to the same, and the no-pointer rule covers the generated
+benchmark report, the code's docstrings and comments (gateway/, bench/, tests/, fuzz/) and the
+CI scripts."""
 
 from __future__ import annotations
 
@@ -15,11 +17,29 @@ LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 FORBIDDEN = re.compile(
     r"\.\./shared|shared/protocols|shared/DESIGN|\b[Ss]ession \d|\b[Ii]ssue \d|/work/shared"
+    # the outside protocol reference's files and numbered sections ("tank.md section 7", "7.6")
+    r"|\bclients\.md|\bDESIGN\.md|\.md section \d|\.md \d+\.\d"
 )
 
 
 def pages() -> list[Path]:
-    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+    return [
+        REPO_ROOT / "README.md",
+        *sorted((REPO_ROOT / "docs").rglob("*.md")),
+        REPO_ROOT / "bench" / "README.md",
+    ]
+
+
+def checked_for_lab_notes() -> list[Path]:
+    """Every page, the generated benchmark report, the Python sources of the package, the
+    benchmarks, the tests and the fuzzers, and the CI scripts; not this file, which spells the
+    patterns out."""
+    code = [
+        p for top in ("gateway", "bench", "tests", "fuzz") for p in (REPO_ROOT / top).rglob("*.py")
+    ]
+    ci = [p for p in (REPO_ROOT / ".ci").rglob("*") if p.is_file()]
+    files = [*pages(), REPO_ROOT / "bench" / "results" / "REPORT.md", *code, *ci]
+    return sorted(set(files) - {Path(__file__).resolve()})
 
 
 def prose(text: str) -> str:
@@ -117,7 +137,7 @@ def test_every_path_the_docs_name_exists() -> None:
 
 
 def test_no_pointer_outside_the_repository_and_no_lab_notes() -> None:
-    files = [*pages(), *sorted((REPO_ROOT / "gateway").rglob("*.py"))]
+    files = checked_for_lab_notes()
     problems = [
         f"{path.relative_to(REPO_ROOT)}:{lineno}: {line.strip()}"
         for path in files
@@ -138,6 +158,14 @@ def test_the_checks_catch_what_they_look_for(tmp_path: Path) -> None:
     assert path_exists("gateway/protocols/<name>/codec.py")
     assert not path_exists("gateway/no_such_module.py")
     assert FORBIDDEN.search("as session 9 showed") and FORBIDDEN.search("see ../shared/x.md")
+    assert FORBIDDEN.search("the captures of tank.md section 7") and FORBIDDEN.search(
+        "cursus.md 9.6"
+    )
+    assert not FORBIDDEN.search("docs/decisions.md 2026-11-25, a Spark session of local[2]")
+    covered = {p.relative_to(REPO_ROOT).as_posix() for p in checked_for_lab_notes()}
+    assert {"bench/README.md", "bench/results/REPORT.md", "bench/targets.py"} <= covered
+    assert {"tests/support.py", ".ci/deps/pipeline.sh", "gateway/cli.py"} <= covered
+    assert "tests/docs/test_links.py" not in covered
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "limits.md").write_text("# Limits\n")
     probe = tmp_path / "docs" / "probe.md"

@@ -1,5 +1,5 @@
-"""Issue 11's "done when": 100,000 records produced over two real protocols (Kafka 0.8 with
-kafka-python, Cursus with cursus-client) into a 4-partition topic of the embedded backend,
+"""The Spark pipeline's acceptance check: 100,000 records produced over two real protocols (Kafka
+0.8 with kafka-python, Cursus with cursus-client) into a 4-partition topic of the embedded backend,
 exported to Parquet with Spark and compared record by record; imported into another topic and
 compared; copied to a second gateway on NATS JetStream and compared. The jobs run through the
 ``gateway pipeline`` CLI (in this process, on the session's Spark)."""

@@ -33,7 +33,8 @@ from tests.support import GatewayProcess
 
 ROUNDS = int(os.environ.get("GATEWAY_CRASH_ROUNDS", "20"))
 PROTOCOLS = ("kafka08", "tank", "cursus", "iggy", "liftbridge")
-# canonical topic per producer: Iggy's stream "default" holds undotted names (DESIGN.md)
+# canonical topic per producer: Iggy's stream "default" holds undotted names
+# (docs/protocols/iggy.md)
 TOPICS = {p: f"crash.{p}" for p in PROTOCOLS} | {"iggy": "crash_iggy"}
 GROUP = "crash-group"
 

@@ -1,4 +1,4 @@
-"""Golden vectors of cursus.md section 8 in both roles, malformed batches, round trips."""
+"""Golden vectors of the Cursus wire format in both roles, malformed batches, round trips."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ async def test_topic_commands(client):
     assert (await c.text("HELP")).endswith("HELP - show this help\nEXIT - exit")
     # keywords are matched case-insensitively; the parameters keep their case
     assert await c.text("list") == "t2"
-    # the newer dialect (cursus.md 9.6): METADATA and FIND_COORDINATOR
+    # the newer dialect (docs/protocols/cursus.md): METADATA and FIND_COORDINATOR
     host, port = c.stream.socket.getpeername()[:2]
     assert await c.text("METADATA topic=t2") == (
         f"OK topic=t2 partitions=3 leaders={host}:{port},{host}:{port},{host}:{port} epochs=0,0,0"
@@ -211,7 +211,7 @@ async def test_group_lifecycle_and_offsets(client):
     assert await c.text("SYNC_GROUP topic=g1 group=nog member=who") == (
         "member who not found in group or no assignments"
     )
-    # rebalance tokens on HEARTBEAT (cursus.md 9.6)
+    # rebalance tokens on HEARTBEAT (docs/protocols/cursus.md)
     assert await c.text(f"HEARTBEAT topic=g1 group=grp member={bob} generation=2") == "OK"
     assert await c.text(f"HEARTBEAT topic=g1 group=grp member={alice} generation=1") == (
         f"ERROR: GEN_MISMATCH current=2 requested=1 group=grp member={alice}"

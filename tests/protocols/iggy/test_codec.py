@@ -1,4 +1,4 @@
-"""Golden vectors of iggy.md section 10, replayed in both roles."""
+"""Golden vectors of the Iggy wire format (byte-exact frames), replayed in both roles."""
 
 from __future__ import annotations
 

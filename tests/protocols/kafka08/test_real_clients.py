@@ -1,5 +1,6 @@
-"""The Done-when items of issue 3 with the real clients of clients.md against a running gateway:
-kafka-python 3.0.12 and 2.3.3 (own venvs, subprocesses), kcat (Debian), confluent-kafka 2.16.1."""
+"""The Kafka 0.8 listener's acceptance checks with real third-party clients against a running
+gateway: kafka-python 3.0.12 and 2.3.3 (own venvs, subprocesses), kcat (Debian),
+confluent-kafka 2.16.1."""
 
 from __future__ import annotations
 

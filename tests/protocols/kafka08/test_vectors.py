@@ -1,5 +1,5 @@
-"""The test vectors of shared/protocols/kafka08.md section 11, replayed in both roles: as the
-server (decode requests, encode responses) and as the client (encode requests, decode responses)."""
+"""Byte-exact test vectors of the Kafka 0.8 wire format, replayed in both roles: as the server
+(decode requests, encode responses) and as the client (encode requests, decode responses)."""
 
 from __future__ import annotations
 

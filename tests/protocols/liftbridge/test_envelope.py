@@ -1,4 +1,4 @@
-"""The NATS envelope: the vectors of liftbridge.md 7.6 in both directions, and bad input."""
+"""The NATS envelope: its byte-exact vectors in both directions, and bad input."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The scenarios a tank-cli user runs, driven by the in-repo TANK client (the codec's client role)
 against a gateway serving in this process.
 
-No TANK client or broker installs from PyPI or apt (clients.md section 6); the wire captures
+No TANK client or broker installs from PyPI or apt; the wire captures
 (test_golden.py) tie this client and the listener to the real programs.
 """
 

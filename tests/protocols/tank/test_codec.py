@@ -1,6 +1,6 @@
-"""The TANK codec replays every wire capture of tank.md section 7, as a server and as a client.
+"""The TANK codec replays every tank-cli <-> tank 4.0 wire capture, as a server and as a client.
 
-There is no installable TANK client or broker (clients.md section 6): the captures of the real
+There is no installable TANK client or broker : the captures of the real
 tank-cli <-> tank 4.0 exchange, replayed in both roles, are the proof that the codec reads and
 writes TANK as the real programs do.
 """

@@ -1,6 +1,6 @@
-"""The wire captures of tank.md section 7, replayed against a running gateway (a subprocess).
+"""The tank-cli <-> tank 4.0 wire captures, replayed against a running gateway (a subprocess).
 
-No TANK client or broker installs from PyPI or apt (clients.md section 6), so the captures of the
+No TANK client or broker installs from PyPI or apt, so the captures of the
 real tank-cli <-> tank 4.0 exchange are the reference: requests go out byte for byte as tank-cli
 sent them, answers must be byte-identical to the real broker's (the consume answer too: a TANK
 bundle is stored and served back untouched), or, where they contain a time, identical around it.
@@ -89,7 +89,7 @@ def create(raw: Raw, topic: bytes, partitions: int, request_id: int = 1) -> byte
 
 
 def test_capture_session_orders(raw: Raw) -> None:
-    """7.2, 7.3, 7.4, 7.5, 7.7 in the order tank-cli produced them."""
+    """The create, produce, consume and partition-discovery captures, in tank-cli's order."""
     assert raw.ask(V.CREATE_ORDERS) == V.CREATE_ORDERS_OK
     assert raw.ask(V.PRODUCE_ABC) == V.PRODUCE_OK
     assert raw.ask(V.produce_frame(b"orders", 0, V.BUNDLE_THREE)) == V.PRODUCE_OK
@@ -128,7 +128,7 @@ def orders_events(gateway):
 
 
 def test_capture_error_cases(raw: Raw, gateway, orders_events) -> None:
-    """7.6: unknown topic (produce and consume), unknown partition 7; each counted."""
+    """The error captures: unknown topic (produce and consume), unknown partition 7; counted."""
 
     def counted(api: str, outcome: str) -> float:
         labels = f'api="{api}",outcome="{outcome}",protocol="tank"'
@@ -147,8 +147,8 @@ def test_capture_error_cases(raw: Raw, gateway, orders_events) -> None:
 
 
 def test_capture_produce_with_seqnum_and_boundary_fault(raw: Raw) -> None:
-    """7.4 ProduceWithSeqnum base 100 after 99 messages, then 7.6's boundary fault (asked 500,
-    hwmark 100, first available 1)."""
+    """The ProduceWithSeqnum capture (base 100 after 99 messages), then the boundary fault
+    (asked 500, hwmark 100, first available 1)."""
     assert create(raw, b"bf", 1)[-1] == 0
     msgs = [(None, b"x%d" % i, V.TS_MS) for i in range(99)]
     assert raw.ask(V.produce_frame(b"bf", 0, B.encode_bundle(msgs)))[-1] == C.P_OK

@@ -1,7 +1,7 @@
 """TANK messages are consumed through Kafka 0.8 (kcat) and Iggy (iggy-py), and messages produced
 with those real clients are consumed through TANK.
 
-No TANK client installs from PyPI or apt (clients.md section 6), so the TANK side is the in-repo
+No TANK client installs from PyPI or apt, so the TANK side is the in-repo
 client on the codec's client role (tied to the real programs by the wire captures of
 test_golden.py); the Kafka and Iggy sides are the real clients, installed by
 .ci/deps/kafka08.sh and .ci/deps/iggy.sh.

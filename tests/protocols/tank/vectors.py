@@ -1,8 +1,8 @@
-"""The wire captures of shared/protocols/tank.md section 7 (tank-cli <-> the real tank 4.0 broker).
+"""The wire captures of tank-cli talking to the real tank 4.0 broker.
 
-No TANK client or broker installs from PyPI or apt (clients.md section 6), so these captures and
+No TANK client or broker installs from PyPI or apt, so these captures and
 our own codec in its client role are the proof that the listener speaks TANK. ``TS`` stands in
-for the captures' ``<ts>`` placeholder (the 7.3 capture spells its timestamp out, used here).
+for the captures' ``<ts>`` placeholder (the produce capture spells its timestamp out, used here).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ def h(text: str) -> bytes:
 
 
 ORDERS = h("06 6f 72 64 65 72 73")  # str8 "orders"
-TS = h("58 85 8d 00 a2 01 00 00")  # 1795305604440 ms, from capture 7.3
+TS = h("58 85 8d 00 a2 01 00 00")  # 1795305604440 ms, from the produce capture
 TS_MS = int.from_bytes(TS, "little")
 
 GREETING = h("03 00 00 00 00")
@@ -108,7 +108,7 @@ def produce_frame(
 def consume_frame(
     topic: bytes, partition: int, seq: int, request_id: int = 1, fetch_size: int = 0x08000000
 ) -> bytes:
-    """A tank-cli consume frame like capture 7.5 (version 2, max_wait 0, min_bytes 0)."""
+    """A consume frame like tank-cli's in its capture (version 2, max_wait 0, min_bytes 0)."""
     payload = (
         h("02 00")
         + request_id.to_bytes(4, "little")
