@@ -59,6 +59,7 @@ class ServerConfig:
     embedded-log partition keeps about three files open), so a create is refused with a clear
     error instead of exhausting the descriptors."""
     max_topics_created_per_s: float = 100.0
+    max_topics_created_per_request: int = 100  # auto-creation by one request (Kafka Metadata)
     """Topic and partition creations per second, explicit or automatic, for the whole process
     (burst: one second's worth); 0 means unlimited."""
     group_assignment: str = "range"
@@ -84,6 +85,11 @@ class ServerConfig:
             problems.append(
                 f"server.max_partitions_total: got {self.max_partitions_total}, "
                 "expected 0 (derived from the open-file limit) or a positive count"
+            )
+        if self.max_topics_created_per_request < 1:
+            problems.append(
+                "server.max_topics_created_per_request: got "
+                f"{self.max_topics_created_per_request}, expected >= 1"
             )
         if self.max_topics_created_per_s < 0:
             problems.append(

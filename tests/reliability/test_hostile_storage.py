@@ -58,7 +58,7 @@ def test_a_metadata_request_naming_1000_unknown_topics_freezes_nothing(tmp_path:
         tmp_path / "unlimited",
         listeners={"kafka08": {}},
         backends=EMBEDDED,
-        server={"max_topics_created_per_s": 0},
+        server={"max_topics_created_per_s": 0, "max_topics_created_per_request": 1000},
     ) as gw:
         baseline = Footprint.of(gw)
         started = time.monotonic()
@@ -89,6 +89,19 @@ def test_a_metadata_request_naming_1000_unknown_topics_freezes_nothing(tmp_path:
         assert codes[:10] == [0] * 10  # the burst
         assert limit_hits(gw, "max_topics_created_per_s") == codes.count(5)
         assert gw.proc is not None and gw.proc.poll() is None
+
+    # the default budget of one request: 100 topics created, the rest LeaderNotAvailable (5),
+    # created when the client asks again
+    with GatewayProcess(
+        tmp_path / "per-request",
+        listeners={"kafka08": {}},
+        backends=EMBEDDED,
+        server={"max_topics_created_per_s": 0},
+    ) as gw:
+        first = [t.error for t in metadata(gw.address("kafka08"), names[:150])]
+        assert first == [0] * 100 + [5] * 50
+        assert limit_hits(gw, "max_topics_created_per_request") == 50
+        assert {t.error for t in metadata(gw.address("kafka08"), names[:150])} == {0}
 
 
 def low_file_limit(limit: int) -> None:

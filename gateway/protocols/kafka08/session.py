@@ -36,6 +36,7 @@ from gateway.model import (
     ListTopics,
     OffsetSpec,
     Produce,
+    TopicDescription,
     now_us,
 )
 from gateway.observability import (
@@ -47,6 +48,7 @@ from gateway.observability import (
     REQUEST_LATENCY,
     REQUESTS,
     labelled,
+    limit_hit,
     protocol_error,
 )
 from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget, send_pieces
@@ -591,9 +593,16 @@ class Session:
             names = [info.name for info in await self.core.execute(ListTopics())]
         node = self.node_id
         topics = []
+        creations = self.ctx.config.server.max_topics_created_per_request
         for name in names:
             try:
-                desc = await self.core.execute(DescribeTopic(name, create=bool(requested)))
+                desc, created = await self._describe(name, bool(requested), creations > 0)
+                if desc is None:  # this request's creations are used up: the client retries
+                    limit_hit("max_topics_created_per_request", PROTOCOL, self.log, topic=name)
+                    self._count(ApiKey.METADATA, "5")
+                    topics.append(c.TOPIC_METADATA(5, name, []))  # LeaderNotAvailable
+                    continue
+                creations -= created
             except GatewayError as exc:
                 code = error_code(exc.code)
                 self._count(ApiKey.METADATA, str(code))
@@ -606,6 +615,22 @@ class Session:
         self._count(ApiKey.METADATA, "ok")
         brokers = [c.BROKER(node, self.ctx.advertised_host, self.ctx.advertised_port)]
         return c.METADATA_RESPONSE(brokers, topics)
+
+    async def _describe(
+        self, name: str, create: bool, may_create: bool
+    ) -> tuple[TopicDescription | None, bool]:
+        """(the topic, whether this call created it); (None, False) when it would have to be
+        created but the request's ``max_topics_created_per_request`` are used up."""
+        try:
+            return await self.core.execute(DescribeTopic(name)), False
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_TOPIC or not create:
+                raise
+            if not self.ctx.config.server.auto_create_topics:
+                raise
+            if not may_create:
+                return None, False
+        return await self.core.execute(DescribeTopic(name, create=True)), True
 
     # ------------------------------------------------------------------ group offsets
     async def offset_commit(self, request: Request) -> Any:
