@@ -6,8 +6,9 @@ listener. A Cursus client sends ``HELP`` (answered on the event loop, no backend
 first for 2 s with nothing else going on (the baseline, this run), then while one Metadata request
 names 1,000 unknown topics, until its answer arrives. Reported per run: the request's own time,
 how many topics it created or had refused, and the Cursus client's wait (max and p99) during it
-against the baseline. Two runs: topic creation unlimited (``max_topics_created_per_s = 0``: all
-1,000 are created, the most disk work) and the default budget (100 a second).
+against the baseline. Two runs: topic creation unlimited (``max_topics_created_per_s = 0`` and
+``max_topics_created_per_request`` = the topic count: all 1,000 are created, the most disk work)
+and the default budgets (100 a second, 100 a request).
 
 Writes ``bench/results/metadata_freeze.json``.
 """
@@ -109,8 +110,11 @@ def main() -> None:
     names = [f"storm-{i:05d}" for i in range(args.topics)]
     runs: dict[str, Any] = {}
     for label, server in (
-        ("creation unlimited", {"max_topics_created_per_s": 0}),
-        ("default budget (100/s)", {}),
+        (
+            "creation unlimited",
+            {"max_topics_created_per_s": 0, "max_topics_created_per_request": args.topics},
+        ),
+        ("default budgets (100/s, 100 a request)", {}),
     ):
         with tempfile.TemporaryDirectory() as tmp:
             config = gateway_config("kafka08", {"type": "embedded"}, Path(tmp))
