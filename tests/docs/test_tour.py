@@ -119,7 +119,7 @@ def start_like_make_run(
     for _attempt in range(3):
         offset = free_offset(ports)
         dry = subprocess.run(
-            ["make", "-n", "run", f"PORT_OFFSET={offset}"],
+            ["make", "--no-print-directory", "-n", "run", f"PORT_OFFSET={offset}"],
             cwd=REPO_ROOT,
             capture_output=True,
             text=True,
