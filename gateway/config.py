@@ -61,6 +61,9 @@ class ServerConfig:
     group_assignment: str = "range"
     """How consumer groups spread partitions: "range" (Kafka's range assignor) or "sticky"
     (members keep their partitions across rebalances, still balanced to within one)."""
+    group_lease_ms: int = 10_000
+    """On a backend that shares consumer groups between gateways (NATS): how long a member
+    outlives the gateway holding its connection (a killed replica's members leave after it)."""
 
     def validate(self) -> list[str]:
         problems = []
@@ -68,6 +71,11 @@ class ServerConfig:
             problems.append(
                 f"server.group_assignment: got {self.group_assignment!r}, "
                 "expected 'range' or 'sticky'"
+            )
+        if not 300 <= self.group_lease_ms <= 3_600_000:
+            problems.append(
+                f"server.group_lease_ms: got {self.group_lease_ms!r}, "
+                "expected milliseconds from 300 to 3600000"
             )
         if self.log_format not in LOG_FORMATS:
             problems.append(

@@ -156,10 +156,21 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ offsets
     async def commit(
-        self, group: str, topic: str, partition: int, offset: int, metadata: str = ""
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        metadata: str = "",
+        generation: int = -1,
+        member_id: str = "",
     ) -> None:
+        """Store a committed offset. A member's commit (``generation`` >= 0 and a
+        ``member_id``) is fenced: refused unless the member is in the current generation."""
         if not group:
             raise GatewayError(ErrorCode.INVALID_REQUEST, "group name must not be empty")
+        if generation >= 0 and member_id:
+            await self.check_generation(group, member_id, generation)
         key = offset_key(group, topic, partition)
         value = json.dumps({"offset": offset, "metadata": metadata}).encode()
         await self._backend_for(topic).kv_put(OFFSETS_NS, key, value)
@@ -324,6 +335,21 @@ class GroupCoordinator:
         return JoinGroupResult(
             name, member_id, group.generation, group.leader, tuple(sorted(group.members))
         )
+
+    async def check_generation(self, name: str, member_id: str, generation: int) -> None:
+        """Refuse (UNKNOWN_MEMBER / ILLEGAL_GENERATION) unless ``member_id`` is a member of
+        the group's current ``generation``."""
+        group = self._groups.get(name)
+        if group is None or member_id not in group.members:
+            raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
+        if generation != group.generation:
+            raise GatewayError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation} is not the group's current {group.generation}",
+            )
+
+    async def run(self) -> None:
+        """Background work while the server runs: none for members held in this process."""
 
     def _member(self, name: str, member_id: str, generation: int) -> Group:
         group = self._groups.get(name)
