@@ -1,0 +1,334 @@
+"""Two gateway replicas on one nats-server behind a real load balancer (HAProxy, TCP mode,
+``send-proxy-v2``; the gateways require the PROXY header): consumer groups whose members the
+balancer spreads over both replicas are one group, a replica killed with SIGKILL takes nothing
+with it but its connections, and kafka-python producers carry on through the other replica."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+from cursus import Consumer, ConsumerConfig
+from cursus.types import ConsumerMode
+
+from gateway.backends.nats import NatsBackend, NatsConfig
+from gateway.core.engine import Core
+from gateway.model import Fetch
+from gateway.protocols.cursus.client import CursusClient
+from gateway.protocols.iggy import codec as c
+from gateway.protocols.iggy.client import IggyClient
+from tests.backends.servers import HaproxyTcp, NatsServer, free_port
+from tests.protocols.kafka08.conftest import venv_python
+from tests.support import GatewayProcess
+
+SESSION_MS = 3000  # Cursus session timeout
+LEASE_MS = 2000  # server.group_lease_ms
+PROTOCOLS = ("cursus", "iggy", "kafka08")
+PRODUCER = Path(__file__).parent / "clients" / "kafka_python_producer.py"
+USERS = [{"username": "iggy", "password": "iggy"}]
+
+
+class Replicas:
+    def __init__(self, nats: NatsServer, gateways: list[GatewayProcess], lb: HaproxyTcp) -> None:
+        self.nats, self.gateways, self.lb = nats, gateways, lb
+
+    def front(self, protocol: str) -> tuple[str, int]:
+        return "127.0.0.1", self.lb.frontends[protocol][0]
+
+    def describe(self, gw: GatewayProcess, group: str) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{gw.admin_url}/v1/groups/{group}", timeout=10) as resp:
+            return json.loads(resp.read())
+
+
+@contextmanager
+def replicas(tmp_path: Path) -> Iterator[Replicas]:
+    fronts = {p: free_port() for p in PROTOCOLS}
+    ports = [{p: free_port() for p in PROTOCOLS} for _ in range(2)]
+    with NatsServer(tmp_path / "nats") as nats:
+        gateways = []
+        for i, mine in enumerate(ports):
+            listeners: dict[str, dict[str, Any]] = {
+                p: {
+                    "port": mine[p],
+                    "proxy_protocol": "required",
+                    "advertised_host": "127.0.0.1",
+                    "advertised_port": fronts[p],
+                }
+                for p in PROTOCOLS
+            }
+            listeners["cursus"]["session_timeout_ms"] = SESSION_MS
+            listeners["iggy"]["users"] = USERS
+            gateways.append(
+                GatewayProcess(
+                    tmp_path / f"gw{i}",
+                    listeners=listeners,
+                    backends={"js": {"type": "nats", "url": nats.url}},
+                    server={"group_lease_ms": LEASE_MS},
+                    name=f"gw{i}",
+                )
+            )
+        frontends = {p: (fronts[p], [mine[p] for mine in ports]) for p in PROTOCOLS}
+        with gateways[0], gateways[1], HaproxyTcp(tmp_path, frontends) as lb:
+            yield Replicas(nats, gateways, lb)
+
+
+def owners(desc: dict[str, Any]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for m in desc["members"]:
+        for _, p in m["assignment"]:
+            out.setdefault(p, []).append(m["member_id"])
+    return out
+
+
+def wait_stable(r: Replicas, group: str, members: int, gws: list[GatewayProcess]) -> dict:
+    """Until every replica in ``gws`` describes the same generation with ``members`` members
+    and each of the 8 partitions owned by exactly one of them."""
+    deadline = time.monotonic() + 30
+    while True:
+        descs = [r.describe(gw, group) for gw in gws]
+        first = descs[0]
+        same = all(
+            (d["generation"], d["members"]) == (first["generation"], first["members"])
+            for d in descs
+        )
+        own = owners(first)
+        if (
+            same
+            and len(first["members"]) == members
+            and sorted(own) == list(range(8))
+            and all(len(v) == 1 for v in own.values())
+        ):
+            return first
+        assert time.monotonic() < deadline, descs
+        time.sleep(0.1)
+
+
+class Collector:
+    """A cursus-client Consumer iterated in a thread."""
+
+    def __init__(self, addr: str, name: str) -> None:
+        self.consumer = Consumer(
+            ConsumerConfig(
+                brokers=[addr], topic="t", group_id="g", consumer_id=name,
+                mode=ConsumerMode.STREAMING, heartbeat_interval_ms=300,
+            )
+        )  # fmt: skip
+        self.got: list[tuple[int, str]] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for m in self.consumer:
+                self.got.append((m.partition, m.payload))
+        except BaseException as exc:
+            self.error = exc
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.thread.join(10)
+
+
+def produce(r: Replicas, tmp_path: Path, tag: str, count: int) -> subprocess.Popen[str]:
+    args = {
+        "port": r.front("kafka08")[1],
+        "topic": "t",
+        "count": count,
+        "tag": tag,
+        "progress": str(tmp_path / f"{tag}.progress"),
+    }
+    return subprocess.Popen(
+        [venv_python("kafka-python-3"), str(PRODUCER), json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def acked(proc: subprocess.Popen[str]) -> list[str]:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])["acked"]
+
+
+def progress(tmp_path: Path, tag: str) -> int:
+    try:
+        return int((tmp_path / f"{tag}.progress").read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def stored_values(nats_url: str, topic: str, partitions: int) -> list[str]:
+    async def main() -> list[str]:
+        async with trio.open_nursery() as n:
+            backend = NatsBackend("js", NatsConfig(url=nats_url))
+            await backend.open(n)
+            core = Core({"js": backend}, [("*", "js")])
+            values = []
+            for p in range(partitions):
+                offset = 0
+                while True:
+                    res = await core.execute(Fetch(topic, p, offset, 10_000, 8 << 20))
+                    records = res.records
+                    if not records:
+                        break
+                    values += [(rec.value or b"").decode() for rec in records]
+                    offset = records[-1].offset + 1
+            await backend.close()
+            n.cancel_scope.cancel()
+        return values
+
+    return trio.run(main)
+
+
+def cursus_text(addr: tuple[str, int], *commands: str) -> list[str]:
+    async def main() -> list[str]:
+        async with await CursusClient.connect(*addr) as cl:
+            return [await cl.text(cmd) for cmd in commands]
+
+    return trio.run(main)
+
+
+def test_cursus_group_over_two_replicas_survives_a_sigkill(tmp_path: Path) -> None:
+    with replicas(tmp_path) as r:
+        a, b = r.gateways
+        host, port = r.front("cursus")
+        assert "8 partitions" in cursus_text((host, port), "CREATE topic=t partitions=8")[0]
+        collectors = [Collector(f"{host}:{port}", f"m{i}") for i in range(4)]
+        try:
+            desc = wait_stable(r, "g", 4, [a, b])
+            time.sleep(1.0)  # the members' STREAM connections start on the assignment
+            assert wait_stable(r, "g", 4, [a, b])["generation"] == desc["generation"]
+            before = acked(produce(r, tmp_path, "before", 100))
+            assert len(before) == 100
+            during = produce(r, tmp_path, "during", 300)
+            deadline = time.monotonic() + 60
+            while progress(tmp_path, "during") < 50:
+                assert time.monotonic() < deadline and during.poll() is None
+                time.sleep(0.02)
+            b.stop(signal.SIGKILL)
+            during_acked = acked(during)
+            # the producer reconnected through the balancer: most of its records landed
+            assert len(during_acked) >= 250, len(during_acked)
+            want = set(before) | set(during_acked)
+            deadline = time.monotonic() + (SESSION_MS + LEASE_MS) / 1000 + 30
+            while not want <= {v for col in collectors for _, v in col.got}:
+                assert time.monotonic() < deadline, len(
+                    want - {v for col in collectors for _, v in col.got}
+                )
+                time.sleep(0.1)
+            final = wait_stable(r, "g", 4, [a])
+            assert final["generation"] >= desc["generation"]
+        finally:
+            for col in collectors:
+                col.close()
+        assert all(col.error is None for col in collectors)
+        # a partition is consumed by one member at a time: no record reached two members
+        seen: dict[str, int] = {}
+        for i, col in enumerate(collectors):
+            for _, value in col.got:
+                assert seen.setdefault(value, i) == i, value
+        # every acknowledged record is stored (counted on the NATS streams)
+        stored = stored_values(r.nats.url, "t", 8)
+        assert want <= set(stored)
+
+
+def test_stale_member_commit_gets_gen_mismatch_and_offset_stays(tmp_path: Path) -> None:
+    with replicas(tmp_path) as r:
+        front = r.front("cursus")
+        first = cursus_text(
+            front,
+            "CREATE topic=s partitions=8",
+            "JOIN_GROUP topic=s group=sg member=old",
+        )[1]
+        member = first.split("member=")[1].split()[0]
+        assert "generation=1" in first
+        cursus_text(front, f"COMMIT_OFFSET topic=s partition=0 group=sg offset=3 "
+                           f"generation=1 member={member}")  # fmt: skip
+        # another member joins (through the balancer: the other replica): generation 2
+        assert "generation=2" in cursus_text(front, "JOIN_GROUP topic=s group=sg member=new")[0]
+        for _ in range(2):  # whichever replica answers
+            reply = cursus_text(
+                front,
+                f"COMMIT_OFFSET topic=s partition=0 group=sg offset=7 generation=1 member={member}",
+            )[0]
+            assert reply.startswith("ERROR: GEN_MISMATCH current=2 requested=1"), reply
+            assert cursus_text(front, "FETCH_OFFSET topic=s partition=0 group=sg") == [
+                "OK offset=3"
+            ]
+
+
+def test_iggy_group_over_two_replicas_rebalances_after_a_sigkill(tmp_path: Path) -> None:
+    with replicas(tmp_path) as r:
+        a, b = r.gateways
+
+        async def main() -> None:
+            front = r.front("iggy")
+            clients = []
+            for _ in range(3):  # the balancer alternates: a, b, a
+                cl = await IggyClient.connect(*front)
+                await cl.login("iggy", "iggy")
+                clients.append(cl)
+            s, t = c.Identifier(1), c.Identifier(1)
+            await clients[0].call(c.CreateStream(1, "s"))
+            await clients[0].call(c.CreateTopic(s, 1, 8, 0, "t"))
+            await clients[0].call(c.CreateConsumerGroup(s, t, 7))
+            for cl in clients:
+                await cl.call(c.JoinConsumerGroup(s, t, 7))
+            group = c.Consumer(c.ConsumerKind.CONSUMER_GROUP, c.Identifier(7))
+            records = [c.Message(0, b"r%d" % i) for i in range(80)]
+            await clients[0].send_messages(1, 1, records)
+            await trio.to_thread.run_sync(wait_stable, r, "7", 3, [a, b])
+            got: dict[int, list[bytes]] = {i: [] for i in range(3)}
+
+            async def drain(i: int, cl: IggyClient) -> None:
+                empty = 0  # each poll reads the member's next partition: 8 empty in a row
+                while empty < 8:
+                    polled = await cl.poll(1, 1, 0, count=10, auto_commit=True, consumer=group)
+                    empty = 0 if polled.messages else empty + 1
+                    got[i] += [m.payload for m in polled.messages]
+
+            for i in range(3):
+                await drain(i, clients[i])
+            before = [v for i in range(3) for v in got[i]]
+            assert sorted(before) == sorted(m.payload for m in records)  # each once
+            b.stop(signal.SIGKILL)
+            survivors = []
+            for i, cl in enumerate(clients):
+                try:
+                    await cl.ping()
+                    survivors.append(i)
+                except (EOFError, OSError, trio.BrokenResourceError):
+                    pass
+            assert 1 <= len(survivors) <= 2, survivors  # the balancer spread the three
+            # the dead replica's members leave once their lease runs out: survivors own all
+            with trio.fail_after(LEASE_MS / 1000 + 20):
+                while True:
+                    desc = await trio.to_thread.run_sync(r.describe, a, "7")
+                    own = owners(desc)
+                    if len(desc["members"]) == len(survivors) and sorted(own) == list(range(8)):
+                        break
+                    await trio.sleep(0.1)
+            assert all(len(v) == 1 for v in own.values())
+            late = [c.Message(0, b"late%d" % i) for i in range(16)]
+            await clients[survivors[0]].send_messages(1, 1, late)
+            after: list[bytes] = []
+            for i in survivors:
+                got[i] = []
+                await drain(i, clients[i])
+                after += got[i]
+            assert sorted(after) == sorted(m.payload for m in late)
+            for i in survivors:
+                await clients[i].aclose()
+
+        trio.run(main)
