@@ -333,3 +333,26 @@ def test_iggy_group_over_two_replicas_rebalances_after_a_sigkill(tmp_path: Path)
                 await clients[i].aclose()
 
         trio.run(main)
+
+
+def test_workers_on_nats_form_one_group(tmp_path: Path) -> None:
+    """``serve --workers 2`` on NATS: the kernel spreads eight members' connections over both
+    workers, and they still join one group (eight generations, eight members)."""
+    with NatsServer(tmp_path / "nats") as nats:
+        gw = GatewayProcess(
+            tmp_path / "gw",
+            listeners={"cursus": {"session_timeout_ms": 30_000}},
+            backends={"js": {"type": "nats", "url": nats.url}},
+            extra_args=("--workers", "2"),
+        )
+        with gw:
+            addr = gw.address("cursus")
+            cursus_text(addr, "CREATE topic=w partitions=8")
+            replies = [
+                cursus_text(addr, f"JOIN_GROUP topic=w group=wg member=m{i}")[0] for i in range(8)
+            ]
+            assert [r.split()[1] for r in replies] == [f"generation={i}" for i in range(1, 9)]
+            status = json.loads(cursus_text(addr, "GROUP_STATUS group=wg")[0])
+            assert status["member_count"] == 8 and status["generation"] == 8
+            assert gw.stop() == 0
+        assert "workers_do_not_share" not in gw.log_text()
