@@ -38,9 +38,8 @@ PER_PROCESS_STATE = {
     "iggy": "consumer-group memberships",
     "liftbridge": "paused and readonly partition flags",
 }
-# group membership lives in these backends when they hold the catch-all route: shared by workers
+# on these backends (holding the catch-all route) the state above lives in the backend: shared
 SHARED_GROUP_BACKENDS = frozenset({"nats"})
-SHARED_ON_GROUP_BACKENDS = frozenset({"cursus", "iggy"})
 
 log = structlog.get_logger("gateway.workers")
 
@@ -104,14 +103,14 @@ def check_shareable(config: GatewayConfig) -> None:
 def per_process_state(config: GatewayConfig) -> list[str]:
     """What the enabled listeners keep per process, which workers do not share: members of
     one group connected to different workers form separate groups (overlapping assignments).
-    On a NATS default backend, consumer groups live in the backend and are shared."""
+    On a NATS default backend all of it lives in the backend and is shared."""
     shared = _default_backend_type(config) in SHARED_GROUP_BACKENDS
     return [
         f"{name}: {what}"
         for name, what in PER_PROCESS_STATE.items()
         if name in config.listeners
         and config.listeners[name].enabled
-        and not (shared and name in SHARED_ON_GROUP_BACKENDS)
+        and not shared
     ]
 
 

@@ -356,3 +356,50 @@ def test_workers_on_nats_form_one_group(tmp_path: Path) -> None:
             assert status["member_count"] == 8 and status["generation"] == 8
             assert gw.stop() == 0
         assert "workers_do_not_share" not in gw.log_text()
+
+
+def test_liftbridge_pause_and_readonly_hold_on_every_replica(tmp_path: Path) -> None:
+    """Flags set through one gateway reach the other through the NATS key-value store."""
+    import grpc
+
+    from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
+    from tests.protocols.liftbridge.grpc_stub import grpc_module
+
+    def code_of(fn, *args) -> grpc.StatusCode | None:  # type: ignore[no-untyped-def]
+        try:
+            fn(*args)
+        except grpc.RpcError as exc:
+            return exc.code()
+        return None
+
+    def eventually(check) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 10
+        while not check():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    with NatsServer(tmp_path / "nats") as nats:
+        backends = {"js": {"type": "nats", "url": nats.url}}
+        gws = [
+            GatewayProcess(tmp_path / n, listeners={"liftbridge": {}}, backends=backends, name=n)
+            for n in ("a", "b")
+        ]
+        with gws[0], gws[1]:
+            chans = [grpc.insecure_channel("{}:{}".format(*gw.address("liftbridge"))) for gw in gws]
+            a, b = (grpc_module().APIStub(ch) for ch in chans)
+            a.CreateStream(pb.CreateStreamRequest(subject="lb", name="lb", partitions=1))
+            b.Publish(pb.PublishRequest(stream="lb", value=b"x"))
+            a.SetStreamReadonly(pb.SetStreamReadonlyRequest(name="lb", readonly=True))
+            publish = pb.PublishRequest(stream="lb", value=b"y")
+            # b read the stream's flags for its publish just now: it sees the change once its
+            # copy is older than a second
+            eventually(lambda: code_of(b.Publish, publish) == grpc.StatusCode.FAILED_PRECONDITION)
+            md = pb.FetchPartitionMetadataRequest(stream="lb", partition=0)
+            assert b.FetchPartitionMetadata(md).metadata.readonly
+            a.SetStreamReadonly(pb.SetStreamReadonlyRequest(name="lb", readonly=False))
+            eventually(lambda: code_of(b.Publish, publish) is None)
+            # paused through b: a reports it
+            b.PauseStream(pb.PauseStreamRequest(name="lb", partitions=[0]))
+            eventually(lambda: a.FetchPartitionMetadata(md).metadata.paused)
+            for ch in chans:
+                ch.close()
