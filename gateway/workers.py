@@ -108,9 +108,7 @@ def per_process_state(config: GatewayConfig) -> list[str]:
     return [
         f"{name}: {what}"
         for name, what in PER_PROCESS_STATE.items()
-        if name in config.listeners
-        and config.listeners[name].enabled
-        and not shared
+        if name in config.listeners and config.listeners[name].enabled and not shared
     ]
 
 
