@@ -114,7 +114,11 @@ class SharedGroupCoordinator(GroupCoordinator):
         )
 
     def _cache(self, name: str, state: State) -> None:
-        """Mirror the entry as the in-process :class:`Group` that ``describe`` reads."""
+        """Mirror the entry as the in-process :class:`Group` that ``describe`` reads (groups
+        that do not exist are not kept: asking about any name must not grow memory)."""
+        if not state["members"] and not int(state["generation"]):
+            self._groups.pop(name, None)
+            return
         group = Group(name, int(state["generation"]), loaded=True)
         group.leader = state.get("leader", "")
         group.counts = dict(state.get("counts", {}))

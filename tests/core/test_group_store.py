@@ -70,6 +70,10 @@ async def test_two_cores_share_one_group_and_fence_stale_commits(tmp_path: Path)
         with pytest.raises(GatewayError) as exc:
             await a.execute(Heartbeat("g", first.member_id, gen - 1))
         assert exc.value.code is ErrorCode.REBALANCE_IN_PROGRESS
+        # asking about groups that do not exist keeps nothing in memory
+        for i in range(50):
+            assert (await b.execute(DescribeGroup(f"nope{i}"))).members == ()
+        assert b.groups.group_names() == ["g"]
 
 
 async def test_a_dead_gateways_members_leave_when_their_lease_runs_out(tmp_path: Path) -> None:
