@@ -325,8 +325,10 @@ class SharedGroupCoordinator(GroupCoordinator):
             for name in list(self._mine):
                 try:
                     await self._update(name, self._renewer(name))
-                except GatewayError as exc:
+                except GatewayError as exc:  # the backend is down: the next round tries again
                     log.warning("group_lease_not_renewed", group=name, error=exc.message)
+                except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+                    log.warning("group_lease_not_renewed", group=name, error=repr(exc))
 
     def _renewer(self, name: str) -> Change:
         async def change(state: State, now: float) -> bool:

@@ -98,3 +98,14 @@ async def test_a_dead_gateways_members_leave_when_their_lease_runs_out(tmp_path:
             await trio.sleep(LEASE_MS * 3 / 1000)
             assert list(await _owned(b, "g")) == [ja.member_id]
             n.cancel_scope.cancel()
+
+
+def test_group_lease_is_checked_in_the_config(tmp_path: Path) -> None:
+    from gateway.config import ConfigError, parse_config
+    from tests.support import make_config
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config(make_config(tmp_path, server={"group_lease_ms": 5}))
+    assert "server.group_lease_ms: got 5" in str(exc.value)
+    cfg = parse_config(make_config(tmp_path, server={"group_lease_ms": 2500}))
+    assert cfg.server.group_lease_ms == 2500
