@@ -109,3 +109,16 @@ def test_group_lease_is_checked_in_the_config(tmp_path: Path) -> None:
     assert "server.group_lease_ms: got 5" in str(exc.value)
     cfg = parse_config(make_config(tmp_path, server={"group_lease_ms": 2500}))
     assert cfg.server.group_lease_ms == 2500
+
+
+async def test_nats_compare_and_set(tmp_path: Path) -> None:
+    async with nats_backend(tmp_path) as kv:
+        assert await kv.kv_get_revision("groups", "x") == (None, 0)
+        first = await kv.kv_put_if("groups", "x", b"1", 0)
+        assert first and await kv.kv_put_if("groups", "x", b"again", 0) is None
+        second = await kv.kv_put_if("groups", "x", b"2", first)
+        assert second and await kv.kv_put_if("groups", "x", b"stale", first) is None
+        assert await kv.kv_get_revision("groups", "x") == (b"2", second)
+        await kv.kv_delete("groups", "x")
+        value, revision = await kv.kv_get_revision("groups", "x")
+        assert value is None and await kv.kv_put_if("groups", "x", b"3", revision)
