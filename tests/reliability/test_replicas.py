@@ -21,13 +21,14 @@ import trio
 from cursus import Consumer, ConsumerConfig
 from cursus.types import ConsumerMode
 
+from gateway.backends.kafka import KafkaBackend, KafkaConfig
 from gateway.backends.nats import NatsBackend, NatsConfig
 from gateway.core.engine import Core
 from gateway.model import Fetch
 from gateway.protocols.cursus.client import CursusClient
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.client import IggyClient
-from tests.backends.servers import HaproxyTcp, NatsServer, free_port
+from tests.backends.servers import HaproxyTcp, NatsServer, TansuServer, free_port
 from tests.protocols.kafka08.conftest import venv_python
 from tests.support import GatewayProcess
 
@@ -39,8 +40,10 @@ USERS = [{"username": "iggy", "password": "iggy"}]
 
 
 class Replicas:
-    def __init__(self, nats: NatsServer, gateways: list[GatewayProcess], lb: HaproxyTcp) -> None:
-        self.nats, self.gateways, self.lb = nats, gateways, lb
+    def __init__(
+        self, backend: dict[str, Any], gateways: list[GatewayProcess], lb: HaproxyTcp
+    ) -> None:
+        self.backend, self.gateways, self.lb = backend, gateways, lb
 
     def front(self, protocol: str) -> tuple[str, int]:
         return "127.0.0.1", self.lb.frontends[protocol][0]
@@ -51,10 +54,21 @@ class Replicas:
 
 
 @contextmanager
-def replicas(tmp_path: Path) -> Iterator[Replicas]:
+def backend_server(tmp_path: Path, kind: str) -> Iterator[dict[str, Any]]:
+    """A nats-server or a Tansu broker; the gateways' backend table entry for it."""
+    if kind == "nats":
+        with NatsServer(tmp_path / "nats") as nats:
+            yield {"type": "nats", "url": nats.url}
+    else:
+        with TansuServer() as tansu:
+            yield {"type": "kafka", "bootstrap": tansu.bootstrap}
+
+
+@contextmanager
+def replicas(tmp_path: Path, kind: str = "nats") -> Iterator[Replicas]:
     fronts = {p: free_port() for p in PROTOCOLS}
     ports = [{p: free_port() for p in PROTOCOLS} for _ in range(2)]
-    with NatsServer(tmp_path / "nats") as nats:
+    with backend_server(tmp_path, kind) as backend:
         gateways = []
         for i, mine in enumerate(ports):
             listeners: dict[str, dict[str, Any]] = {
@@ -72,7 +86,7 @@ def replicas(tmp_path: Path) -> Iterator[Replicas]:
                 GatewayProcess(
                     tmp_path / f"gw{i}",
                     listeners=listeners,
-                    backends={"js": {"type": "nats", "url": nats.url}},
+                    backends={"js": backend},
                     server={"group_lease_ms": LEASE_MS},
                     name=f"gw{i}",
                 )
@@ -80,7 +94,7 @@ def replicas(tmp_path: Path) -> Iterator[Replicas]:
             gateways[-1].config["admin"]["port"] = free_port()  # for `gateway groups`
         frontends = {p: (fronts[p], [mine[p] for mine in ports]) for p in PROTOCOLS}
         with gateways[0], gateways[1], HaproxyTcp(tmp_path, frontends) as lb:
-            yield Replicas(nats, gateways, lb)
+            yield Replicas(backend, gateways, lb)
 
 
 def cli_describe(gw: GatewayProcess, group: str) -> dict[str, Any]:
@@ -180,12 +194,17 @@ def progress(tmp_path: Path, tag: str) -> int:
         return 0
 
 
-def stored_values(nats_url: str, topic: str, partitions: int) -> list[str]:
+def stored_values(backend: dict[str, Any], topic: str, partitions: int) -> list[str]:
+    """Every record value of ``topic``, read straight from the backend."""
+
     async def main() -> list[str]:
         async with trio.open_nursery() as n:
-            backend = NatsBackend("js", NatsConfig(url=nats_url))
-            await backend.open(n)
-            core = Core({"js": backend}, [("*", "js")])
+            if backend["type"] == "nats":
+                store: Any = NatsBackend("js", NatsConfig(url=backend["url"]))
+            else:
+                store = KafkaBackend("js", KafkaConfig(bootstrap=backend["bootstrap"]))
+            await store.open(n)
+            core = Core({"js": store}, [("*", "js")])
             values = []
             for p in range(partitions):
                 offset = 0
@@ -196,7 +215,7 @@ def stored_values(nats_url: str, topic: str, partitions: int) -> list[str]:
                         break
                     values += [(rec.value or b"").decode() for rec in records]
                     offset = records[-1].offset + 1
-            await backend.close()
+            await store.close()
             n.cancel_scope.cancel()
         return values
 
@@ -258,7 +277,7 @@ def test_cursus_group_over_two_replicas_survives_a_sigkill(tmp_path: Path) -> No
             for _, value in records:
                 assert seen.setdefault(value, i) == i, value
         # every acknowledged record is stored (counted on the NATS streams)
-        stored = stored_values(r.nats.url, "t", 8)
+        stored = stored_values(r.backend, "t", 8)
         assert want <= set(stored)
 
 
@@ -421,3 +440,23 @@ def test_liftbridge_pause_and_readonly_hold_on_every_replica(tmp_path: Path) -> 
             eventually(lambda: a.FetchPartitionMetadata(md).metadata.paused)
             for ch in chans:
                 ch.close()
+
+
+def test_kafka_python_producers_through_haproxy_on_tansu_survive_a_sigkill(tmp_path: Path) -> None:
+    """The same balancer and kill with a Kafka backend (Tansu): producers reconnect to the other
+    replica and every acknowledged record is in the cluster. (Consumer groups on a Kafka
+    backend stay per gateway process: docs/scaling.md.)"""
+    with replicas(tmp_path, "tansu") as r:
+        assert "8 partitions" in cursus_text(r.front("cursus"), "CREATE topic=t partitions=8")[0]
+        before = acked(produce(r, tmp_path, "before", 50))
+        assert len(before) == 50
+        during = produce(r, tmp_path, "during", 200)
+        deadline = time.monotonic() + 60
+        while progress(tmp_path, "during") < 30:
+            assert time.monotonic() < deadline and during.poll() is None
+            time.sleep(0.02)
+        r.gateways[1].stop(signal.SIGKILL)
+        during_acked = acked(during)
+        assert len(during_acked) >= 150, len(during_acked)
+        stored = stored_values(r.backend, "t", 8)
+        assert set(before) | set(during_acked) <= set(stored)
