@@ -64,6 +64,9 @@ class ServerConfig:
     group_lease_ms: int = 10_000
     """On a backend that shares consumer groups between gateways (NATS): how long a member
     outlives the gateway holding its connection (a killed replica's members leave after it)."""
+    max_group_members: int = 1000
+    """Members one consumer group may have; a join beyond it is refused (the whole group is one
+    entry that every heartbeat reads on a shared backend)."""
 
     def validate(self) -> list[str]:
         problems = []
@@ -71,6 +74,10 @@ class ServerConfig:
             problems.append(
                 f"server.group_assignment: got {self.group_assignment!r}, "
                 "expected 'range' or 'sticky'"
+            )
+        if self.max_group_members < 1:
+            problems.append(
+                f"server.max_group_members: got {self.max_group_members!r}, expected 1 or more"
             )
         if not 300 <= self.group_lease_ms <= 3_600_000:
             problems.append(

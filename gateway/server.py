@@ -107,6 +107,7 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
         max_topics_created_per_s=config.server.max_topics_created_per_s,
         group_assignment=config.server.group_assignment,
         group_lease_ms=config.server.group_lease_ms,
+        max_group_members=config.server.max_group_members,
     )
 
 

@@ -101,6 +101,7 @@ class Core:
         max_topics_created_per_s: float = 0,
         group_assignment: str = "range",
         group_lease_ms: int = 10_000,
+        max_group_members: int = 1000,
     ) -> None:
         self.max_topics = max_topics
         self.max_partitions_per_topic = max_partitions_per_topic
@@ -119,6 +120,7 @@ class Core:
                 lambda: self.router.backends.values(),
                 default_protocol=group_assignment,
                 lease_ms=group_lease_ms,
+                max_members=max_group_members,
             )
         else:
             self.groups = GroupCoordinator(
@@ -126,6 +128,7 @@ class Core:
                 self.router.default_backend,
                 lambda: self.router.backends.values(),
                 default_protocol=group_assignment,
+                max_members=max_group_members,
             )
         self.producers = ProducerRegistry()
         self.auto_create_topics = auto_create_topics

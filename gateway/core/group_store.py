@@ -81,8 +81,9 @@ class SharedGroupCoordinator(GroupCoordinator):
         all_backends: Callable[[], Iterable[Backend]] | None = None,
         default_protocol: str = "range",
         lease_ms: int = 10_000,
+        max_members: int = 1000,
     ) -> None:
-        super().__init__(backend_for, default_backend, all_backends, default_protocol)
+        super().__init__(backend_for, default_backend, all_backends, default_protocol, max_members)
         self.lease_s = lease_ms / 1000
         self.instance = uuid.uuid4().hex[:12]  # this process, the owner of its members' leases
         self._mine: dict[str, set[str]] = {}  # group -> members whose connection is here
@@ -200,6 +201,8 @@ class SharedGroupCoordinator(GroupCoordinator):
             existing = state["members"].get(chosen)
             if member_id and existing is None and not create_member:
                 raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
+            if existing is None:
+                self.check_room(name, len(state["members"]))
             fresh = {
                 "topics": list(topics),
                 "session_timeout_ms": session_timeout_ms,

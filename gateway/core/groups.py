@@ -45,7 +45,7 @@ from gateway.model import (
     OffsetSpec,
     SyncGroupResult,
 )
-from gateway.observability import GROUP_MEMBERS, REBALANCES
+from gateway.observability import GROUP_MEMBERS, REBALANCES, limit_hit
 
 log = structlog.get_logger("gateway.groups")
 
@@ -147,8 +147,10 @@ class GroupCoordinator:
         default_backend: Backend,
         all_backends: Callable[[], Iterable[Backend]] | None = None,
         default_protocol: str = "range",
+        max_members: int = 1000,
     ) -> None:
         self.default_protocol = default_protocol
+        self.max_members = max_members
         self._backend_for = backend_for
         self._default = default_backend
         self._all_backends = all_backends or (lambda: [default_backend])
@@ -315,6 +317,8 @@ class GroupCoordinator:
             raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
         member_id = member_id or f"{name}-{uuid.uuid4().hex[:12]}"
         existing = group.members.get(member_id)
+        if existing is None:
+            self.check_room(name, len(group.members))
         if (
             expired
             or existing is None
@@ -335,6 +339,16 @@ class GroupCoordinator:
         return JoinGroupResult(
             name, member_id, group.generation, group.leader, tuple(sorted(group.members))
         )
+
+    def check_room(self, name: str, members: int) -> None:
+        """Refuse a new member of a group that has ``max_group_members`` already."""
+        if members >= self.max_members:
+            limit_hit("max_group_members", "server", log, group=name, members=members)
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                f"group {name!r} has {members} members, the most allowed "
+                "(server.max_group_members)",
+            )
 
     async def check_generation(self, name: str, member_id: str, generation: int) -> None:
         """Refuse (UNKNOWN_MEMBER / ILLEGAL_GENERATION) unless ``member_id`` is a member of

@@ -122,3 +122,27 @@ async def test_nats_compare_and_set(tmp_path: Path) -> None:
         await kv.kv_delete("groups", "x")
         value, revision = await kv.kv_get_revision("groups", "x")
         assert value is None and await kv.kv_put_if("groups", "x", b"3", revision)
+
+
+async def test_max_group_members_in_one_process_and_on_nats(tmp_path: Path) -> None:
+    from gateway.backends.memory import MemoryBackend
+    from gateway.observability import LIMIT_HITS
+
+    hits = LIMIT_HITS.labels("max_group_members", "server")
+    async with nats_backend(tmp_path) as js:
+        for core in (
+            Core({"m": MemoryBackend("m")}, [("*", "m")], max_group_members=2),
+            Core({"js": js}, [("*", "js")], max_group_members=2),
+        ):
+            await core.execute(CreateTopic("t", 4))
+            ids = [(await core.execute(JoinGroup("g", ("t",)))).member_id for _ in range(2)]
+            before = hits._value.get()
+            with pytest.raises(GatewayError) as exc:
+                await core.execute(JoinGroup("g", ("t",)))
+            assert exc.value.code is ErrorCode.INVALID_REQUEST
+            assert "server.max_group_members" in exc.value.message
+            assert hits._value.get() == before + 1
+            # the members there may still rejoin; another group is not affected
+            await core.execute(JoinGroup("g", ("t",), ids[0]))
+            await core.execute(JoinGroup("other", ("t",)))
+            assert len((await core.execute(DescribeGroup("g"))).members) == 2
