@@ -141,7 +141,9 @@ class SharedGroupCoordinator(GroupCoordinator):
         dead = [
             mid
             for mid, m in state["members"].items()
-            if now > m["deadline"] or now - m["seen"] > m["session_timeout_ms"] / 1000
+            # a snapshot written by a gateway without shared groups has neither: its members
+            # lived in that process and are gone
+            if now > m.get("deadline", 0) or now - m.get("seen", 0) > m["session_timeout_ms"] / 1000
         ]
         for mid in dead:
             del state["members"][mid]
@@ -175,7 +177,7 @@ class SharedGroupCoordinator(GroupCoordinator):
         """Refresh the member's ``seen`` and lease if a quarter of its session timeout (or a
         third of the lease) has passed; True when that needs a write."""
         timeout = member["session_timeout_ms"] / 1000
-        if now - member["seen"] < min(timeout / 4, self.lease_s / 3):
+        if now - member.get("seen", 0) < min(timeout / 4, self.lease_s / 3):
             return False
         member["seen"] = now
         member["deadline"] = now + self.lease_s
@@ -339,7 +341,7 @@ class SharedGroupCoordinator(GroupCoordinator):
             changed = False
             for mid in mine & set(state["members"]):
                 member = state["members"][mid]
-                if member["deadline"] - now < self.lease_s * 2 / 3:
+                if member.get("deadline", 0) - now < self.lease_s * 2 / 3:
                     member["deadline"] = now + self.lease_s
                     member["owner"] = self.instance
                     changed = True

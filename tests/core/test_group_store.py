@@ -146,3 +146,19 @@ async def test_max_group_members_in_one_process_and_on_nats(tmp_path: Path) -> N
             await core.execute(JoinGroup("g", ("t",), ids[0]))
             await core.execute(JoinGroup("other", ("t",)))
             assert len((await core.execute(DescribeGroup("g"))).members) == 2
+
+
+async def test_a_snapshot_from_an_unshared_gateway_keeps_its_generation_not_members(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    async with nats_backend(tmp_path) as js:
+        old = {"generation": 5, "leader": "old", "protocol": "range",
+               "members": {"old": {"topics": ["t"], "session_timeout_ms": 30_000,
+                                   "assignment": [["t", 0]]}}}  # fmt: skip
+        await js.kv_put("groups", "g", json.dumps(old).encode())
+        core = _core(js)
+        await core.execute(CreateTopic("t", 2))
+        joined = await core.execute(JoinGroup("g", ("t",)))
+        assert joined.generation == 6 and joined.members == (joined.member_id,)
