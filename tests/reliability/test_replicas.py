@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,9 +29,9 @@ from gateway.model import Fetch
 from gateway.protocols.cursus.client import CursusClient
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.client import IggyClient
-from tests.backends.servers import HaproxyTcp, NatsServer, TansuServer, free_port
+from tests.backends.servers import HaproxyTcp, NatsServer, TansuServer
 from tests.protocols.kafka08.conftest import venv_python
-from tests.support import GatewayProcess
+from tests.support import GatewayProcess, write_toml
 
 SESSION_MS = 3000  # Cursus session timeout
 LEASE_MS = 2000  # server.group_lease_ms
@@ -64,44 +65,66 @@ def backend_server(tmp_path: Path, kind: str) -> Iterator[dict[str, Any]]:
             yield {"type": "kafka", "bootstrap": tansu.bootstrap}
 
 
+def reserve_port() -> socket.socket:
+    """A loopback port held (bound, not listening, SO_REUSEPORT) until HAProxy, which sets
+    SO_REUSEPORT too, listens on it: no other process can take it meanwhile."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 @contextmanager
 def replicas(tmp_path: Path, kind: str = "nats") -> Iterator[Replicas]:
-    fronts = {p: free_port() for p in PROTOCOLS}
-    ports = [{p: free_port() for p in PROTOCOLS} for _ in range(2)]
-    with backend_server(tmp_path, kind) as backend:
-        gateways = []
-        for i, mine in enumerate(ports):
-            listeners: dict[str, dict[str, Any]] = {
-                p: {
-                    "port": mine[p],
-                    "proxy_protocol": "required",
-                    "advertised_host": "127.0.0.1",
-                    "advertised_port": fronts[p],
+    held = {p: reserve_port() for p in PROTOCOLS}
+    fronts = {p: sock.getsockname()[1] for p, sock in held.items()}
+    try:
+        with backend_server(tmp_path, kind) as backend:
+            gateways = []
+            for i in range(2):
+                listeners: dict[str, dict[str, Any]] = {
+                    p: {
+                        "proxy_protocol": "required",
+                        "advertised_host": "127.0.0.1",
+                        "advertised_port": fronts[p],
+                    }
+                    for p in PROTOCOLS
                 }
-                for p in PROTOCOLS
-            }
-            listeners["cursus"]["session_timeout_ms"] = SESSION_MS
-            listeners["iggy"]["users"] = USERS
-            gateways.append(
-                GatewayProcess(
-                    tmp_path / f"gw{i}",
-                    listeners=listeners,
-                    backends={"js": backend},
-                    server={"group_lease_ms": LEASE_MS},
-                    name=f"gw{i}",
+                listeners["cursus"]["session_timeout_ms"] = SESSION_MS
+                listeners["iggy"]["users"] = USERS
+                gateways.append(
+                    GatewayProcess(
+                        tmp_path / f"gw{i}",
+                        listeners=listeners,
+                        backends={"js": backend},
+                        server={"group_lease_ms": LEASE_MS},
+                        name=f"gw{i}",
+                    )
                 )
-            )
-            gateways[-1].config["admin"]["port"] = free_port()  # for `gateway groups`
-        frontends = {p: (fronts[p], [mine[p] for mine in ports]) for p in PROTOCOLS}
-        with gateways[0], gateways[1], HaproxyTcp(tmp_path, frontends) as lb:
-            yield Replicas(backend, gateways, lb)
+            with gateways[0], gateways[1]:
+                frontends = {
+                    p: (fronts[p], [gw.address(p)[1] for gw in gateways]) for p in PROTOCOLS
+                }
+                with HaproxyTcp(tmp_path, frontends) as lb:
+                    for sock in held.values():
+                        sock.close()
+                    yield Replicas(backend, gateways, lb)
+    finally:
+        for sock in held.values():
+            sock.close()
 
 
 def cli_describe(gw: GatewayProcess, group: str) -> dict[str, Any]:
-    """``gateway groups describe GROUP --json`` with the replica's config (its admin API)."""
+    """``gateway groups describe GROUP --json`` with the replica's config and the admin port it
+    listens on (the CLI then asks that replica's admin API)."""
+    config = json.loads(json.dumps(gw.config))
+    config["admin"]["port"] = gw.address("admin")[1]
+    path = gw.tmp_path / "cli.toml"
+    path.write_text(write_toml(config))
     out = subprocess.run(
         [sys.executable, "-m", "gateway", "groups", "describe", group, "--json",
-         "--config", str(gw.config_path)],
+         "--config", str(path)],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     return json.loads(out.stdout)
