@@ -558,6 +558,15 @@ def workers_section(w: dict) -> list[str]:
                 f"{r['machine_busy_cpus']} of {cpus} | {fmt(r['records_per_gateway_cpu_s'])} |"
             )
     lines += ["", workers_verdict(w)]
+    rb = w.get("rebalance")
+    if rb:
+        lines += [
+            "",
+            f"Group coordination through NATS: a rebalance of {rb['members']} Cursus members "
+            f"spread over {rb['gateway_workers']} workers takes {rb['median_s']} s (median; "
+            f"worst {rb['max_s']} s of {rb['groups']} groups) from the last join to every "
+            "member holding its assignment of the final generation.",
+        ]
     return lines
 
 

@@ -1,5 +1,6 @@
-"""Benchmark: ``gateway serve --workers 2`` against ``--workers 1`` on a shared NATS JetStream
-backend, in one run, with the CPU time of every process so a reader sees where the time went.
+"""Benchmark: ``gateway serve --workers N`` for N = 1, 2 and 4 on a shared NATS JetStream
+backend, in one run, with the CPU time of every process so a reader sees where the time went,
+and the cost of coordinating a consumer group through the backend.
 
 Workload (printed too): nats-server with JetStream (the test extra's binary) on loopback; a
 gateway with the nats backend and the Kafka 0.8 listener, started with --workers 1, then with
@@ -27,8 +28,18 @@ records per gateway CPU-second. When the machine has no CPU left for a second wo
 records/s ratio cannot show a gain; the CPU figures then show whether the gateway or the machine
 was the limit.
 
-Run: ``python bench/workers.py [--clients C] [--records N] [--runs R]``; results go to
-``bench/results/workers.json``.
+records/s per worker = records/s / N: flat when the work spreads over N cores; on a machine with
+fewer idle cores than N it falls, and the busy-CPU figures say so.
+
+rebalance: a gateway with --workers 2 and the Cursus listener on the same nats-server; 8 members
+join one new group (each JOIN_GROUP on its own connection, so the kernel spreads them over the
+two workers: the group state lives in the JetStream key-value store). From the last join's
+answer, every member heartbeats, rejoins on GEN_MISMATCH and reads its assignment; the time to
+the moment all 8 hold their assignment of the final generation is one sample; the median and
+the worst of --rebalances (default 10) groups are reported.
+
+Run: ``python bench/workers.py [--clients C] [--records N] [--runs R] [--workers 1,2,4]``;
+results go to ``bench/results/workers.json``.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ from bench.common import KCAT_08, cpu_seconds, machine_jiffies  # noqa: E402
 from bench.loadgen import Loadgen, build, capture  # noqa: E402
 from gateway.backends.upstream.kafka08_client import Kafka08Client  # noqa: E402
 from gateway.model import Record  # noqa: E402
+from gateway.protocols.cursus.client import CursusClient  # noqa: E402
 from tests.backends.servers import NatsServer  # noqa: E402
 from tests.support import GatewayProcess  # noqa: E402
 
@@ -196,28 +208,24 @@ def one_run(
     return {"produce": produce, "fetch": fetch, "produce_c32": produce_c}
 
 
+def label(workers: int) -> str:
+    return f"{workers} worker" + ("" if workers == 1 else "s")
+
+
 def summary_text(best: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespace) -> str:
-    ratio = {
-        op: round(best[2][op]["records_per_s"] / best[1][op]["records_per_s"], 2) for op in OPS
-    }
-    per_cpu = {
-        op: round(
-            best[2][op]["records_per_gateway_cpu_s"] / best[1][op]["records_per_gateway_cpu_s"], 2
-        )
-        for op in OPS
-    }
     parts = []
     for op in OPS:
-        one, two = best[1][op], best[2][op]
-        parts.append(
-            f"{op}: 1 worker {one['records_per_s']:,} records/s (worker at "
-            f"{one['worker_utilisation'][0]} CPU, machine {one['machine_busy_cpus']} of "
-            f"{os.cpu_count()} CPUs busy), 2 workers {two['records_per_s']:,} records/s "
-            f"(x{ratio[op]}; workers at {' + '.join(map(str, two['worker_utilisation']))} CPU, "
-            f"machine {two['machine_busy_cpus']} busy); records per gateway CPU-second "
-            f"{one['records_per_gateway_cpu_s']:,} vs {two['records_per_gateway_cpu_s']:,} "
-            f"(x{per_cpu[op]})"
-        )
+        base = best[min(best)][op]["records_per_s"]
+        figures = []
+        for workers, ops in sorted(best.items()):
+            r = ops[op]
+            figures.append(
+                f"{label(workers)} {r['records_per_s']:,} records/s (x"
+                f"{r['records_per_s'] / base:.2f}; {r['records_per_s_per_worker']:,} per worker; "
+                f"workers at {' + '.join(map(str, r['worker_utilisation']))} CPU, machine "
+                f"{r['machine_busy_cpus']} of {os.cpu_count()} CPUs busy)"
+            )
+        parts.append(f"{op}: " + ", ".join(figures))
     return (
         f"kafka08 listener on NATS, {args.clients} kcat clients x {args.records:,} records of "
         f"{VALUE_BYTES} B, one record per Produce request, Fetch requests of {FETCH_BYTES} B; "
@@ -228,13 +236,75 @@ def summary_text(best: dict[int, dict[str, dict[str, Any]]], args: argparse.Name
     )
 
 
+MEMBERS = 8
+
+
+def rebalance_cost(nats: NatsServer, tmp: Path, rounds: int) -> dict[str, Any]:
+    """Median seconds from the last of 8 joins to every member holding its assignment of the
+    final generation, over ``rounds`` new groups, on a 2-worker gateway (see the docstring)."""
+    with GatewayProcess(
+        tmp / "gw-rebalance",
+        listeners={"cursus": {"session_timeout_ms": 60_000}},
+        backends={"default": {"type": "nats", "url": nats.url}},
+        server={"log_level": "warning"},
+        extra_args=("--workers", "2"),
+    ) as gw:
+        addr = gw.address("cursus")
+
+        async def one(group: str) -> float:
+            clients = [await CursusClient.connect(*addr) for _ in range(MEMBERS)]
+            try:
+                joined = [await cl.join_group("rb", group, f"m{i}") for i, cl in enumerate(clients)]
+                t0 = time.perf_counter()
+                final = joined[-1].generation
+
+                async def settle(i: int) -> None:
+                    nonlocal final
+                    member, generation = joined[i].member, joined[i].generation
+                    while True:
+                        reply = await clients[i].text(
+                            f"HEARTBEAT topic=rb group={group} member={member} "
+                            f"generation={generation}"
+                        )
+                        if reply == "OK" and generation >= final:
+                            return
+                        again = await clients[i].join_group("rb", group, member)
+                        generation = again.generation
+                        final = max(final, generation)
+
+                async with trio.open_nursery() as n:
+                    for i in range(MEMBERS):
+                        n.start_soon(settle, i)
+                return time.perf_counter() - t0
+            finally:
+                for cl in clients:
+                    await cl.aclose()
+
+        async def run() -> list[float]:
+            async with await CursusClient.connect(*addr) as admin:
+                await admin.create_topic("rb", 8)
+            return [await one(f"rb{i}") for i in range(rounds)]
+
+        samples = sorted(trio.run(run))
+    return {
+        "members": MEMBERS,
+        "gateway_workers": 2,
+        "groups": rounds,
+        "median_s": round(samples[len(samples) // 2], 4),
+        "max_s": round(samples[-1], 4),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--records", type=int, default=4_000)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--c-seconds", type=float, default=4.0, help="the produce_c32 phase")
+    parser.add_argument("--workers", default="1,2,4", help="worker counts, comma-separated")
+    parser.add_argument("--rebalances", type=int, default=10, help="groups timed (rebalance)")
     args = parser.parse_args()
+    counts = sorted({int(w) for w in args.workers.split(",")})
     workload = {
         "backend": "nats (JetStream, one nats-server)",
         "listener": "kafka08",
@@ -251,33 +321,49 @@ def main() -> None:
         "best_of": args.runs,
     }
     print("workload:", json.dumps(workload))
-    best: dict[int, dict[str, dict[str, Any]]] = {1: {}, 2: {}}
+    best: dict[int, dict[str, dict[str, Any]]] = {w: {} for w in counts}
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         exe = build(tmp)
         with NatsServer(tmp / "nats") as nats:
             for run in range(args.runs):
-                for workers in (1, 2):
+                for workers in counts:
                     r = one_run(workers, nats, args, exe, tmp, f"{workers}x{run}")
+                    for v in r.values():
+                        v["records_per_s_per_worker"] = round(v["records_per_s"] / workers)
                     runs.append({"run": run, "workers": workers, **r})
                     print(f"run {run} workers={workers}: {json.dumps(r)}", flush=True)
                     for op, v in r.items():
                         if v["records_per_s"] > best[workers].get(op, {}).get("records_per_s", 0):
                             best[workers][op] = v
+            rebalance = rebalance_cost(nats, tmp, args.rebalances)
     summary = summary_text(best, args)
+    summary += (
+        f" Rebalance of {MEMBERS} members on NATS (2 workers): median {rebalance['median_s']} s "
+        f"from the last join to every member's assignment (worst {rebalance['max_s']} s of "
+        f"{rebalance['groups']} groups)."
+    )
     print(summary)
     out = {
         "workload": workload,
         "machine": {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
-        "best": {"1 worker": best[1], "2 workers": best[2]},
+        "best": {label(w): best[w] for w in counts},
         "records_per_s": {
-            "1 worker": {op: v["records_per_s"] for op, v in best[1].items()},
-            "2 workers": {op: v["records_per_s"] for op, v in best[2].items()},
+            label(w): {op: v["records_per_s"] for op, v in best[w].items()} for w in counts
         },
-        "two_over_one": {
-            op: round(best[2][op]["records_per_s"] / best[1][op]["records_per_s"], 3) for op in OPS
+        "records_per_s_per_worker": {
+            label(w): {op: v["records_per_s_per_worker"] for op, v in best[w].items()}
+            for w in counts
         },
+        "over_one": {
+            label(w): {
+                op: round(best[w][op]["records_per_s"] / best[counts[0]][op]["records_per_s"], 3)
+                for op in OPS
+            }
+            for w in counts
+        },
+        "rebalance": rebalance,
         "runs": runs,
         "summary": summary,
     }

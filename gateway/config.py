@@ -65,6 +65,12 @@ class ServerConfig:
     group_assignment: str = "range"
     """How consumer groups spread partitions: "range" (Kafka's range assignor) or "sticky"
     (members keep their partitions across rebalances, still balanced to within one)."""
+    group_lease_ms: int = 10_000
+    """On a backend that shares consumer groups between gateways (NATS): how long a member
+    outlives the gateway holding its connection (a killed replica's members leave after it)."""
+    max_group_members: int = 1000
+    """Members one consumer group may have; a join beyond it is refused (the whole group is one
+    entry that every heartbeat reads on a shared backend)."""
 
     def validate(self) -> list[str]:
         problems = []
@@ -72,6 +78,15 @@ class ServerConfig:
             problems.append(
                 f"server.group_assignment: got {self.group_assignment!r}, "
                 "expected 'range' or 'sticky'"
+            )
+        if self.max_group_members < 1:
+            problems.append(
+                f"server.max_group_members: got {self.max_group_members!r}, expected 1 or more"
+            )
+        if not 300 <= self.group_lease_ms <= 3_600_000:
+            problems.append(
+                f"server.group_lease_ms: got {self.group_lease_ms!r}, "
+                "expected milliseconds from 300 to 3600000"
             )
         if self.log_format not in LOG_FORMATS:
             problems.append(

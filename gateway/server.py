@@ -112,6 +112,8 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
         max_partitions_total=config.server.max_partitions_total,
         max_topics_created_per_s=config.server.max_topics_created_per_s,
         group_assignment=config.server.group_assignment,
+        group_lease_ms=config.server.group_lease_ms,
+        max_group_members=config.server.max_group_members,
     )
 
 
@@ -187,6 +189,7 @@ class Server:
                 if task is not None:  # a protocol's listener-wide task (e.g. NATS ingestion)
                     background.start_soon(task, self.core, state.config)
             background.start_soon(self._sweep_timeouts)
+            background.start_soon(self.core.groups.run)  # shared groups: lease renewal
             try:
                 await self._serve(background, handle_signals, announce, freeze_heap, task_status)
             finally:

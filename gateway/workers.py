@@ -32,12 +32,14 @@ from gateway.config import GatewayConfig
 from gateway.metrics_view import Peers, serve_peers
 
 SHAREABLE_BACKENDS = frozenset({"nats", "kafka", "upstream", "memory"})
-# listeners that keep state in the process beside the backend (README "Scale-out")
+# listeners that keep state in the process beside the backend (docs/scaling.md)
 PER_PROCESS_STATE = {
     "cursus": "consumer-group memberships (JOIN/SYNC/HEARTBEAT) and assignments",
     "iggy": "consumer-group memberships",
     "liftbridge": "paused and readonly partition flags",
 }
+# on these backends (holding the catch-all route) the state above lives in the backend: shared
+SHARED_GROUP_BACKENDS = frozenset({"nats"})
 
 log = structlog.get_logger("gateway.workers")
 
@@ -100,12 +102,22 @@ def check_shareable(config: GatewayConfig) -> None:
 
 def per_process_state(config: GatewayConfig) -> list[str]:
     """What the enabled listeners keep per process, which workers do not share: members of
-    one group connected to different workers form separate groups (overlapping assignments)."""
+    one group connected to different workers form separate groups (overlapping assignments).
+    On a NATS default backend all of it lives in the backend and is shared."""
+    shared = _default_backend_type(config) in SHARED_GROUP_BACKENDS
     return [
         f"{name}: {what}"
         for name, what in PER_PROCESS_STATE.items()
-        if name in config.listeners and config.listeners[name].enabled
+        if name in config.listeners and config.listeners[name].enabled and not shared
     ]
+
+
+def _default_backend_type(config: GatewayConfig) -> str:
+    """The type of the backend holding group state: the catch-all route's, else the first."""
+    for route in config.routes:
+        if route.topic == "*" and route.backend in config.backends:
+            return config.backends[route.backend].type
+    return next((b.type for b in config.backends.values()), "")
 
 
 def _hold_ports(config: GatewayConfig) -> tuple[GatewayConfig, list[socket.socket]]:

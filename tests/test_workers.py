@@ -132,6 +132,11 @@ def test_per_process_state_lists_only_enabled_listeners(tmp_path: Path) -> None:
         "iggy",
         "liftbridge",
     ]
+    # on a NATS default backend groups and Liftbridge's flags live in the backend: shared
+    nats = {"js": {"type": "nats", "url": "nats://127.0.0.1:4222"}}
+    cfg = make_config(tmp_path, {"cursus": {}, "iggy": {}, "liftbridge": {}}, backends=nats)
+    path.write_text(write_toml(cfg))
+    assert per_process_state(load_config(path)) == []
 
 
 # ---------------------------------------------------------------------------- one view of N workers

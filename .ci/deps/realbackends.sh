@@ -9,7 +9,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-python3}"
 
 source "$ROOT/.ci/lib.sh"
-apt_install kcat haproxy  # haproxy: the TLS terminator in front of Tansu
+apt_install kcat haproxy  # haproxy: the TLS terminator in front of Tansu, and the TCP balancer of tests/reliability/test_replicas.py
 
 DIR="$ROOT/.test-venvs/realbackends"
 WANT="kafka-python==3.0.12 nats-py==2.16.0 confluent-kafka==2.16.1"

@@ -63,6 +63,10 @@ class Capabilities:
     """True when every offset below the high watermark holds a record. False (a Kafka cluster:
     transaction markers, aborted and compacted records): a read may start after the offset asked
     for and return several batches with gaps between them."""
+    shared_groups: bool = False
+    """True when several gateway processes can coordinate consumer groups through this backend's
+    key-value store: ``kv_get_revision`` / ``kv_put_if`` compare-and-set on an entry's revision.
+    The core then keeps group membership in the store instead of in the process."""
 
 
 def unsupported(what: str, backend: str) -> GatewayError:
@@ -183,6 +187,16 @@ class Backend(abc.ABC):
 
     async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         raise unsupported("a key-value store", self.name)
+
+    async def kv_get_revision(self, namespace: str, key: str) -> tuple[bytes | None, int]:
+        """(value, revision) of an entry; revision 0 when it never existed. Backends with
+        ``shared_groups`` only."""
+        raise unsupported("compare-and-set in its key-value store", self.name)
+
+    async def kv_put_if(self, namespace: str, key: str, value: bytes, revision: int) -> int | None:
+        """Write ``value`` only if the entry is still at ``revision`` (0: does not exist yet).
+        Returns the new revision, or None when another writer changed it first."""
+        raise unsupported("compare-and-set in its key-value store", self.name)
 
 
 def offset_mismatch(topic: str, partition: int, expected: int, actual: int) -> GatewayError:

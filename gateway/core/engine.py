@@ -14,6 +14,7 @@ import structlog
 import trio
 
 from gateway.backends.base import Backend
+from gateway.core.group_store import SharedGroupCoordinator
 from gateway.core.groups import GroupCoordinator
 from gateway.core.idempotence import ProducerRegistry
 from gateway.core.names import check_command, check_topic
@@ -99,6 +100,8 @@ class Core:
         max_partitions_total: int = 0,
         max_topics_created_per_s: float = 0,
         group_assignment: str = "range",
+        group_lease_ms: int = 10_000,
+        max_group_members: int = 1000,
     ) -> None:
         self.max_topics = max_topics
         self.max_partitions_per_topic = max_partitions_per_topic
@@ -108,12 +111,25 @@ class Core:
         self._creating_topics = 0
         self.router = Router(backends, routes)
         self.waiters = Waiters()
-        self.groups = GroupCoordinator(
-            self.router.backend_for,
-            self.router.default_backend,
-            lambda: self.router.backends.values(),
-            default_protocol=group_assignment,
-        )
+        self.groups: GroupCoordinator
+        if self.router.default_backend.capabilities.shared_groups:
+            # several gateways on this backend: one group, kept in the backend
+            self.groups = SharedGroupCoordinator(
+                self.router.backend_for,
+                self.router.default_backend,
+                lambda: self.router.backends.values(),
+                default_protocol=group_assignment,
+                lease_ms=group_lease_ms,
+                max_members=max_group_members,
+            )
+        else:
+            self.groups = GroupCoordinator(
+                self.router.backend_for,
+                self.router.default_backend,
+                lambda: self.router.backends.values(),
+                default_protocol=group_assignment,
+                max_members=max_group_members,
+            )
         self.producers = ProducerRegistry()
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
@@ -383,7 +399,15 @@ class Core:
             raise
 
     async def _commit(self, cmd: CommitOffset) -> None:
-        await self.groups.commit(cmd.group, cmd.topic, cmd.partition, cmd.offset, cmd.metadata)
+        await self.groups.commit(
+            cmd.group,
+            cmd.topic,
+            cmd.partition,
+            cmd.offset,
+            cmd.metadata,
+            cmd.generation,
+            cmd.member_id,
+        )
 
     async def _fetch_offset(self, cmd: FetchOffset) -> CommittedOffset:
         return await self.groups.fetch(cmd.group, cmd.topic, cmd.partition)

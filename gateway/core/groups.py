@@ -45,7 +45,7 @@ from gateway.model import (
     OffsetSpec,
     SyncGroupResult,
 )
-from gateway.observability import GROUP_MEMBERS, REBALANCES
+from gateway.observability import GROUP_MEMBERS, REBALANCES, limit_hit
 
 log = structlog.get_logger("gateway.groups")
 
@@ -147,8 +147,10 @@ class GroupCoordinator:
         default_backend: Backend,
         all_backends: Callable[[], Iterable[Backend]] | None = None,
         default_protocol: str = "range",
+        max_members: int = 1000,
     ) -> None:
         self.default_protocol = default_protocol
+        self.max_members = max_members
         self._backend_for = backend_for
         self._default = default_backend
         self._all_backends = all_backends or (lambda: [default_backend])
@@ -156,10 +158,21 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ offsets
     async def commit(
-        self, group: str, topic: str, partition: int, offset: int, metadata: str = ""
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        metadata: str = "",
+        generation: int = -1,
+        member_id: str = "",
     ) -> None:
+        """Store a committed offset. A member's commit (``generation`` >= 0 and a
+        ``member_id``) is fenced: refused unless the member is in the current generation."""
         if not group:
             raise GatewayError(ErrorCode.INVALID_REQUEST, "group name must not be empty")
+        if generation >= 0 and member_id:
+            await self.check_generation(group, member_id, generation)
         key = offset_key(group, topic, partition)
         value = json.dumps({"offset": offset, "metadata": metadata}).encode()
         await self._backend_for(topic).kv_put(OFFSETS_NS, key, value)
@@ -304,6 +317,8 @@ class GroupCoordinator:
             raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
         member_id = member_id or f"{name}-{uuid.uuid4().hex[:12]}"
         existing = group.members.get(member_id)
+        if existing is None:
+            self.check_room(name, len(group.members))
         if (
             expired
             or existing is None
@@ -324,6 +339,31 @@ class GroupCoordinator:
         return JoinGroupResult(
             name, member_id, group.generation, group.leader, tuple(sorted(group.members))
         )
+
+    def check_room(self, name: str, members: int) -> None:
+        """Refuse a new member of a group that has ``max_group_members`` already."""
+        if members >= self.max_members:
+            limit_hit("max_group_members", "server", log, group=name, members=members)
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                f"group {name!r} has {members} members, the most allowed "
+                "(server.max_group_members)",
+            )
+
+    async def check_generation(self, name: str, member_id: str, generation: int) -> None:
+        """Refuse (UNKNOWN_MEMBER / ILLEGAL_GENERATION) unless ``member_id`` is a member of
+        the group's current ``generation``."""
+        group = self._groups.get(name)
+        if group is None or member_id not in group.members:
+            raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
+        if generation != group.generation:
+            raise GatewayError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation} is not the group's current {group.generation}",
+            )
+
+    async def run(self) -> None:
+        """Background work while the server runs: none for members held in this process."""
 
     def _member(self, name: str, member_id: str, generation: int) -> Group:
         group = self._groups.get(name)

@@ -256,6 +256,54 @@ class HaproxyTls(_Process):
         return self
 
 
+class HaproxyTcp(_Process):
+    """HAProxy in TCP mode in front of several servers: each frontend spreads new connections
+    round-robin over its servers and sends each a PROXY v2 header (``send-proxy-v2``). Health
+    checks (every 300 ms, with the header too) take a killed server out; a connection that finds
+    its server dead is sent to another (``option redispatch``)."""
+
+    def __init__(self, workdir: Path, frontends: dict[str, tuple[int, list[int]]]) -> None:
+        super().__init__()
+        self.workdir = workdir
+        self.frontends = frontends  # name -> (listening port, server ports)
+
+    def start(self) -> HaproxyTcp:
+        lines = [
+            "defaults",
+            "  mode tcp",
+            "  timeout connect 2s",
+            "  timeout client 120s",
+            "  timeout server 120s",
+            "  retries 3",
+            "  option redispatch",
+        ]
+        for name, (port, targets) in self.frontends.items():
+            lines += [
+                f"frontend f_{name}",
+                f"  bind 127.0.0.1:{port}",
+                f"  default_backend b_{name}",
+                f"backend b_{name}",
+                "  balance roundrobin",
+            ]
+            lines += [
+                f"  server s{i} 127.0.0.1:{target} send-proxy-v2 check check-send-proxy "
+                "inter 300 fall 1 rise 2"
+                for i, target in enumerate(targets)
+            ]
+        conf = self.workdir / "haproxy-tcp.cfg"
+        conf.write_text("\n".join(lines) + "\n")
+        self._spawn([shutil.which("haproxy") or "/usr/sbin/haproxy", "-db", "-f", str(conf)], "")
+        for port, _ in self.frontends.values():
+            wait_port(port)
+        return self
+
+    def __enter__(self) -> HaproxyTcp:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 # ------------------------------------------------------------------ conformance-suite factories
 _shared: dict[str, _Process] = {}
 

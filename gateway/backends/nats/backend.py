@@ -202,6 +202,7 @@ class NatsBackend(Backend):
     capabilities = Capabilities(
         durable=True,
         notifies_appends=False,
+        shared_groups=True,
     )
     type_name = "nats"
 
@@ -422,6 +423,17 @@ class NatsBackend(Backend):
 
     async def kv_delete(self, namespace: str, key: str) -> None:
         await self._kv_publish(namespace, key, b"", {"KV-Operation": "PURGE", "Nats-Rollup": "sub"})
+
+    async def kv_get_revision(self, namespace: str, key: str) -> tuple[bytes | None, int]:
+        return await self._kv_get_rev(namespace, key)
+
+    async def kv_put_if(self, namespace: str, key: str, value: bytes, revision: int) -> int | None:
+        # JetStream checks the subject's last sequence atomically with the write
+        headers = {"Nats-Expected-Last-Subject-Sequence": str(revision)}
+        try:
+            return await self._kv_publish(namespace, key, bytes(value), headers)
+        except _Conflict:
+            return None
 
     async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         await self._ensure_kv()

@@ -641,7 +641,9 @@ class CommandsAug2026:
             return f"ERROR: offset_regression reason={go_quote(reason)}"
         if validate_only:
             return "OK validated=true"
-        await self.core.execute(CommitOffset(group, topic, partition, offset, generation, member))
+        await self.core.execute(
+            CommitOffset(group, topic, partition, offset, generation=generation, member_id=member)
+        )
         return "OK"
 
     async def _batch_commit_2026_08(self, args_text: str) -> str:
@@ -688,5 +690,7 @@ class CommandsAug2026:
                 )
                 return f"ERROR: offset_regression reason={go_quote(reason)}"
         for p, o in items:
-            await self.core.execute(CommitOffset(group, topic, p, o, generation, member))
+            await self.core.execute(
+                CommitOffset(group, topic, p, o, generation=generation, member_id=member)
+            )
         return f"OK batched={len(items)}"

@@ -318,7 +318,9 @@ class GroupCommands:
         if not valid:
             return "ERROR: no_valid_offsets"
         for p, o in valid:
-            await self.core.execute(CommitOffset(group, topic, p, o, generation, member))
+            await self.core.execute(
+                CommitOffset(group, topic, p, o, generation=generation, member_id=member)
+            )
         return f"OK batched={len(valid)}"
 
 

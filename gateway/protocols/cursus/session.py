@@ -635,7 +635,12 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
             return
         await self.core.execute(
             CommitOffset(
-                spec.group, spec.topic, spec.partition, spec.offset, spec.generation, spec.member
+                spec.group,
+                spec.topic,
+                spec.partition,
+                spec.offset,
+                generation=spec.generation,
+                member_id=spec.member,
             )
         )
         spec.committed = spec.offset

@@ -90,6 +90,7 @@ class NatsIngest:
                 if target is None:
                     continue
                 stream, partition, _ = target
+                await self.state.refresh(stream)
                 flags = self.state.get(stream, partition)
                 if flags is not None and (flags.paused or flags.readonly):
                     continue

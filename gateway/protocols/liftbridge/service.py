@@ -311,6 +311,7 @@ class Service:
     ) -> TopicInfo:
         """The stream of an existing partition, else NOT_FOUND: by default with the texts of
         a publish (``no such stream: s``, ``no such partition: 3``)."""
+        await self.state.refresh(name)  # pause/readonly flags set through another gateway
         info = await self._lookup(name, cached)
         if info is None:
             raise RpcError(Status.NOT_FOUND, missing or text("publish_no_such_stream", stream=name))
@@ -349,6 +350,7 @@ class Service:
         return md
 
     async def _stream_metadata(self, info: TopicInfo) -> pb.StreamMetadata:
+        await self.state.refresh(info.name)
         desc = await self._execute(DescribeTopic(info.name))
         sm = pb.StreamMetadata(name=info.name, subject=stream_subject(info))
         created = info.get("created_ns")
@@ -401,6 +403,7 @@ class Service:
                 config.append((key, str(getattr(req, field_name).value)))
         await self._execute(CreateTopic(req.name, req.partitions or 1, tuple(config)))
         self.state.forget(req.name)
+        await self.state.flush()
         return pb.CreateStreamResponse()
 
     async def DeleteStream(self, req: pb.DeleteStreamRequest) -> pb.DeleteStreamResponse:
@@ -411,6 +414,7 @@ class Service:
         self._topics.pop(req.name, None)
         self.state.end_subscribers(req.name, None, Status.NOT_FOUND, text("log_deleted"))
         self.state.forget(req.name)
+        await self.state.flush()
         return pb.DeleteStreamResponse()
 
     async def _partition_list(self, name: str, partitions: Sequence[int]) -> list[int]:
@@ -427,6 +431,7 @@ class Service:
     async def PauseStream(self, req: pb.PauseStreamRequest) -> pb.PauseStreamResponse:
         parts = await self._partition_list(req.name, req.partitions)
         self.state.pause(req.name, parts, req.resumeAll)
+        await self.state.flush()
         self.state.end_subscribers(req.name, parts, Status.FAILED_PRECONDITION, text("log_closed"))
         return pb.PauseStreamResponse()
 
@@ -435,6 +440,7 @@ class Service:
     ) -> pb.SetStreamReadonlyResponse:
         parts = await self._partition_list(req.name, req.partitions)
         self.state.set_readonly(req.name, parts, req.readonly)
+        await self.state.flush()
         if req.readonly:
             # subscribers at the end learn it now; the others when they reach the end
             for p in parts:
@@ -538,6 +544,7 @@ class Service:
             raise RpcError(Status.INVALID_ARGUMENT, text("publish_no_stream"))
         info = await self._partition(req.stream, req.partition)
         self._check_writable(req.stream, req.partition, info.partitions)
+        await self.state.flush()  # a publish may have resumed a paused partition
         expected = expected_offset(req, info)
         received_ns = time.time_ns()
         if not req.ackInbox:
@@ -568,6 +575,7 @@ class Service:
             req.ackInbox = new_inbox()
         first_ack: pb.Ack | None = None
         for target, partition in await self.streams_for_subject(req.subject):
+            await self.state.refresh(target.name)
             flags = self.state.get(target.name, partition)
             if flags is not None and (flags.readonly or flags.paused):
                 continue  # as on NATS: a paused partition is not listening, readonly drops
@@ -629,6 +637,7 @@ class Service:
             try:
                 info = await self._partition(first.stream, first.partition, cached=True)
                 self._check_writable(first.stream, first.partition, info.partitions)
+                await self.state.flush()
                 if optimistic(info):
                     await self._publish_checked(run, info, inbox, respond)
                     continue
@@ -703,6 +712,7 @@ class Service:
         info = await self._partition(req.stream, req.partition, text("no_such_partition"))
         if req.resume:
             self.state.resume(req.stream, req.partition, info.partitions)
+            await self.state.flush()
         flags = self.state.get(req.stream, req.partition)
         if flags is not None and flags.paused:
             raise RpcError(Status.FAILED_PRECONDITION, "partition is paused")
@@ -795,6 +805,7 @@ class Service:
                     if stop is not None and offset > stop:
                         raise RpcError(Status.RESOURCE_EXHAUSTED, text("stop_reached"))
                     continue
+                await self.state.refresh(stream)
                 flags = self.state.get(stream, partition)
                 if flags is not None and flags.readonly and offset >= res.high_watermark:
                     raise RpcError(Status.RESOURCE_EXHAUSTED, text("readonly_end"))
