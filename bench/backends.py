@@ -132,69 +132,48 @@ LIBRDKAFKA = textwrap.dedent(
     from confluent_kafka.admin import AdminClient, NewTopic
 
     bootstrap, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    topic, codec, fetch_too = sys.argv[4], sys.argv[5], sys.argv[6] == "fetch"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("direct", 1, 1)])["direct"].result(30)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
-                  "batch.num.messages": 10000, "queue.buffering.max.messages": 2000000})
-    value = b"v" * size
-    t = time.perf_counter()
-    for _ in range(n):
-        while True:
-            try:
-                p.produce("direct", value, partition=0)
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
-    assert p.flush(60) == 0
-    produce = n / (time.perf_counter() - t)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                  "fetch.message.max.bytes": 1048576})
-    c.assign([TopicPartition("direct", 0, 0)])
-    t = time.perf_counter()
-    got = 0
-    while got < n:
-        for m in c.consume(10000, 5):
-            if m.error() is None:
-                got += 1
-    fetch = n / (time.perf_counter() - t)
-    c.close()
-    print(json.dumps({"produce": produce, "fetch": fetch}))
-    """
-)
-
-
-LZ4_PRODUCER = textwrap.dedent(
-    """
-    import json, sys, time
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    bootstrap, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("bench", 1, 1)])["bench"].result(30)
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
-                  "compression.type": "lz4", "batch.num.messages": 10000,
+                  "compression.type": codec, "batch.num.messages": 10000,
                   "queue.buffering.max.messages": 2000000})
     value = b"v" * size
     t = time.perf_counter()
     for _ in range(n):
         while True:
             try:
-                p.produce("bench", value, partition=0)
+                p.produce(topic, value, partition=0)
                 break
             except BufferError:
                 p.poll(0.01)
         p.poll(0)
     assert p.flush(60) == 0
-    print(json.dumps({"produce": n / (time.perf_counter() - t)}))
+    out = {"produce": n / (time.perf_counter() - t)}
+    if fetch_too:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                      "enable.auto.commit": False, "fetch.message.max.bytes": 1048576})
+        c.assign([TopicPartition(topic, 0, 0)])
+        t = time.perf_counter()
+        got = 0
+        while got < n:
+            for m in c.consume(10000, 5):
+                if m.error() is None:
+                    got += 1
+        out["fetch"] = n / (time.perf_counter() - t)
+        c.close()
+    print(json.dumps(out))
     """
 )
+# librdkafka direct: produce and fetch topic "direct", uncompressed; the lz4 row's writer:
+# produce topic "bench" (the one the gateway rows read) in lz4 batches, no fetch
+DIRECT_ARGS = ("direct", "none", "fetch")
+LZ4_WRITER_ARGS = ("bench", "lz4", "produce")
 
 
-def direct(script: str, target: str, n: int) -> dict[str, float]:
+def direct(script: str, target: str, n: int, *args: str) -> dict[str, float]:
     res = subprocess.run(
-        [str(VENV_PY), "-c", script, target, str(n), str(VALUE_BYTES)],
+        [str(VENV_PY), "-c", script, target, str(n), str(VALUE_BYTES), *args],
         capture_output=True,
         timeout=900,
     )
@@ -263,13 +242,13 @@ def main() -> None:
                 with TansuServer() as tansu:
                     (tmp / "gz").mkdir()
                     assert tansu.proc is not None
-                    direct(LZ4_PRODUCER, tansu.bootstrap, kn)  # written straight into Tansu
+                    direct(LIBRDKAFKA, tansu.bootstrap, kn, *LZ4_WRITER_ARGS)  # straight in
                     backend = {"type": "kafka", "bootstrap": tansu.bootstrap}
                     result = gateway_run(backend, kn, tmp / "gz", tansu.proc.pid, ("fetch",))
                     best("gateway -> kafka lz4", result)
             if "librdkafka" in only:
                 with TansuServer() as tansu:
-                    best("librdkafka direct", direct(LIBRDKAFKA, tansu.bootstrap, kn))
+                    best("librdkafka direct", direct(LIBRDKAFKA, tansu.bootstrap, kn, *DIRECT_ARGS))
             if "embedded" in only:
                 (tmp / "ge").mkdir()
                 best("gateway -> embedded", gateway_run({"type": "embedded"}, kn, tmp / "ge"))
