@@ -353,19 +353,13 @@ class GroupCoordinator:
     async def check_generation(self, name: str, member_id: str, generation: int) -> None:
         """Refuse (UNKNOWN_MEMBER / ILLEGAL_GENERATION) unless ``member_id`` is a member of
         the group's current ``generation``."""
-        group = self._groups.get(name)
-        if group is None or member_id not in group.members:
-            raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
-        if generation != group.generation:
-            raise GatewayError(
-                ErrorCode.ILLEGAL_GENERATION,
-                f"generation {generation} is not the group's current {group.generation}",
-            )
+        self._current(name, member_id, generation)
 
     async def run(self) -> None:
         """Background work while the server runs: none for members held in this process."""
 
-    def _member(self, name: str, member_id: str, generation: int) -> Group:
+    def _current(self, name: str, member_id: str, generation: int) -> Group:
+        """The group, when ``member_id`` is a member of its current ``generation``."""
         group = self._groups.get(name)
         if group is None or member_id not in group.members:
             raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
@@ -374,6 +368,10 @@ class GroupCoordinator:
                 ErrorCode.ILLEGAL_GENERATION,
                 f"generation {generation} is not the group's current {group.generation}",
             )
+        return group
+
+    def _member(self, name: str, member_id: str, generation: int) -> Group:
+        group = self._current(name, member_id, generation)
         group.members[member_id].last_seen = trio.current_time()
         return group
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
 
 from gateway.backends import REGISTRY as BACKEND_TYPES
 from gateway.backends import get_backend_spec
@@ -14,25 +13,13 @@ from gateway.config import AdminConfig, RouteConfig, ServerConfig
 from gateway.protocols import REGISTRY as PROTOCOLS
 from gateway.protocols import get_protocol
 from gateway.protocols.base import ListenerConfig
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, toml_value
 
 DOC = REPO_ROOT / "docs" / "configuration.md"
 COMMON = "[listeners.<protocol>]"
 
 
-def toml_literal(value: Any) -> str:
-    """A default as the page writes it: the TOML literal."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {toml_literal(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"no TOML literal for {value!r}")
+toml_literal = toml_value  # a default as the page writes it: the TOML literal
 
 
 def _default(f: dataclasses.Field) -> str:

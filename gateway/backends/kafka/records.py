@@ -396,10 +396,20 @@ class _Aborted:
     def __init__(self, aborted: Sequence[tuple[int, int]], buf: bytes) -> None:
         self.pending = sorted(aborted, key=lambda a: a[1])  # (producer id, first offset)
         self.active: set[int] = set()
-        self.markers: dict[int, list[tuple[int, int]]] = {}  # pid -> [(offset, type)], in order
-        for base_offset, _last, attrs, pid, rpos in _headers(buf):
-            if attrs & CONTROL_FLAG:
-                self.markers.setdefault(pid, []).append((base_offset, _control_type(buf, rpos)))
+        self.buf = buf
+        self._markers: dict[int, list[tuple[int, int]]] | None = None
+
+    @property
+    def markers(self) -> dict[int, list[tuple[int, int]]]:
+        """pid -> [(offset, type)] of the answer's markers, in order; indexed on the first
+        transactional batch (an answer without transactions is never walked for it)."""
+        if self._markers is None:
+            self._markers = {}
+            for base_offset, _last, attrs, pid, rpos in _headers(self.buf):
+                if attrs & CONTROL_FLAG:
+                    marker = (base_offset, _control_type(self.buf, rpos))
+                    self._markers.setdefault(pid, []).append(marker)
+        return self._markers
 
     def drops(self, attrs: int, pid: int, last_offset: int, buf: bytes, rpos: int) -> bool:
         while self.pending and self.pending[0][1] <= last_offset:
