@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,7 +99,12 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]
         )
         with Producer(config) as producer:
             for i in range(PER_PROTOCOL):
-                producer.send(f"cursus-v{i}", key=f"cursus-k{i}")
+                while True:  # the client's buffer is bounded: wait for acks, as an app would
+                    try:
+                        producer.send(f"cursus-v{i}", key=f"cursus-k{i}")
+                        break
+                    except BufferError:
+                        time.sleep(0.01)
             producer.flush()
         yield gw
 
