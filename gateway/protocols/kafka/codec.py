@@ -144,3 +144,24 @@ def frame_pieces(correlation_id: int, flexible_header: bool, body: list[bytes]) 
         b"\0" if flexible_header else b""
     )
     return [head, *body]
+
+
+@cache
+def _field_names(cls: Any) -> frozenset[str]:
+    import dataclasses
+
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def build(cls: Any, **values: Any) -> Any:
+    """An entity of ``cls`` from the values its version has (the others are dropped): one
+    handler builds every version of a response."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def nested(cls: Any, name: str) -> Any:
+    """The class of a nested entity of ``cls``'s version (``PartitionData`` of a Fetch v13)."""
+    import sys
+
+    return getattr(sys.modules[cls.__module__], name)

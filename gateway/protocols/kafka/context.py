@@ -61,6 +61,11 @@ class KafkaContext:
         )
 
     @property
+    def sasl_required(self) -> bool:
+        """SASL is on for this listener: only ApiVersions and SASL before authentication."""
+        return bool(getattr(self.conn.listener, "sasl_mechanisms", ()))
+
+    @property
     def core(self) -> Core:
         return self.conn.core
 

@@ -20,8 +20,22 @@ from functools import cache
 from typing import Any
 
 from gateway.observability import REQUEST_LATENCY, labelled, protocol_error
-from gateway.protocols.kafka import api_versions
-from gateway.protocols.kafka.codec import MalformedRequest, decode_request, encode_response
+from gateway.protocols.kafka import (
+    api_versions,
+    cluster,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    producer_id,
+)
+from gateway.protocols.kafka.codec import (
+    MalformedRequest,
+    decode_header,
+    decode_request,
+    encode_response,
+    peek_api,
+)
 from gateway.protocols.kafka.context import (
     PROTOCOL,
     CloseConnection,
@@ -43,7 +57,13 @@ class Api:
 
 
 APIS: dict[int, Api] = {
+    0: Api("produce", 3, 9, produce.handle),
+    1: Api("fetch", 4, 13, fetch.handle),
+    2: Api("list_offsets", 1, 7, list_offsets.handle),
+    3: Api("metadata", 1, 12, metadata.handle),
     18: Api("api_versions", 0, 3, api_versions.handle),
+    22: Api("init_producer_id", 0, 4, producer_id.handle),
+    60: Api("describe_cluster", 0, 1, cluster.handle),
     # group and admin APIs (FindCoordinator, JoinGroup, ..., DescribeConfigs) register here too
 }
 
@@ -58,6 +78,9 @@ def _legacy(api_key: int, version: int) -> bool:
     return any(key == api_key and low <= version <= high for key, low, high in LEGACY_TABLE)
 
 
+SASL_KEYS = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
+
+
 def route(api_key: int, version: int) -> bool:
     """True when (key, version) is answered here rather than by the 0.8 session: ApiVersions
     always (any version: an unknown one gets UNSUPPORTED_VERSION), the 0.8 session's own
@@ -70,28 +93,56 @@ def route(api_key: int, version: int) -> bool:
     return api is not None and api.min_version <= version <= api.max_version
 
 
+def router(ctx: KafkaContext) -> Callable[[int, int], bool]:
+    """The route of one connection, from its listener's ``api_versions`` and SASL settings:
+    "full" routes as :func:`route`; "0.8" and "off" leave everything to the 0.8 session (its
+    0.8.2 ApiVersions table, or none). While SASL is on and the connection is not
+    authenticated, every request comes here (and only the SASL ones are answered)."""
+    mode = getattr(ctx.listener, "api_versions", "full")
+
+    def decide(api_key: int, version: int) -> bool:
+        if ctx.sasl_required and (not ctx.principal or api_key in SASL_KEYS):
+            return True
+        return mode == "full" and route(api_key, version)
+
+    return decide
+
+
 _LATENCY: dict[str, Any] = {}
 
 
 async def serve(ctx: KafkaContext, payload: bytes | memoryview) -> bytes | None:
-    """The framed answer to one request payload (``route`` said it is ours), or None (no
-    answer). Raises CloseConnection after a logged protocol error for a malformed request."""
+    """The framed answer to one request payload (``router`` said it is ours), or None (no
+    answer). Raises CloseConnection after a logged protocol error for a request refused."""
     start = time.perf_counter()
-    try:
-        header, request = decode_request(payload)
-    except MalformedRequest as exc:
-        protocol_error(ctx.log, PROTOCOL, "malformed", error=str(exc))
-        raise CloseConnection from None
-    except Exception as exc:  # kio has no schema for this version (ApiVersions above v4)
-        if payload[:2] == b"\x00\x12":  # ApiVersions: answer v0, as brokers do
-            from gateway.protocols.kafka.codec import decode_header
-
-            header, _ = decode_header(payload, False)
-            request = None
-        else:
-            protocol_error(ctx.log, PROTOCOL, "unknown_api", error=str(exc))
+    key_version = peek_api(payload)
+    if key_version is None:
+        protocol_error(ctx.log, PROTOCOL, "malformed", error="request header truncated")
+        raise CloseConnection
+    api_key, version = key_version
+    if ctx.sasl_required and not ctx.principal and api_key not in SASL_KEYS | {18}:
+        protocol_error(
+            ctx.log,
+            PROTOCOL,
+            "unauthenticated",
+            error=f"api key {api_key} v{version} before SASL authentication",
+        )
+        raise CloseConnection
+    api = APIS.get(api_key)
+    if api_key == api_versions.API_VERSIONS and version > api_versions.MAX_VERSION:
+        # a version this gateway does not know: v0 with UNSUPPORTED_VERSION, as brokers do
+        header, _ = decode_header(payload, False)
+        request = None
+    elif api is None or not api.min_version <= version <= api.max_version:
+        protocol_error(ctx.log, PROTOCOL, "unknown_api", api_key=api_key, api_version=version)
+        raise CloseConnection
+    else:
+        try:
+            header, request = decode_request(payload)
+        except MalformedRequest as exc:
+            protocol_error(ctx.log, PROTOCOL, "malformed", error=str(exc))
             raise CloseConnection from None
-    api = APIS[header.api_key]
+    assert api is not None
     response = await api.handler(ctx, header, request)
     latency = _LATENCY.get(api.name)
     if latency is None:
