@@ -13,6 +13,8 @@ from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
 from gateway.protocols.kafka08.compression import CODECS
 from gateway.protocols.kafka08.session import handle_connection
 
+API_VERSIONS_MODES = ("full", "0.8", "off")
+
 
 @dataclass(frozen=True, slots=True)
 class Kafka08ListenerConfig(ListenerConfig):
@@ -21,16 +23,28 @@ class Kafka08ListenerConfig(ListenerConfig):
     fetch_compression: str = "none"
     """How Fetch answers carry records: "none", or one wrapper per partition in "gzip",
     "snappy" (xerial framing) or "lz4" (the 0.8.2 framing)."""
-    api_versions: bool = True
-    """Answer ApiVersions (key 18) with the 0.8.2 table, so unmodified modern clients fall back
-    to the v0 APIs (docs/protocols/kafka08.md). False: close on it like a real 0.8.2 broker."""
+    api_versions: str | bool = "full"
+    """Which Kafka this listener is: "full" answers ApiVersions with today's table and serves
+    today's APIs (``gateway.protocols.kafka``, docs/protocols/kafka.md); "0.8" answers with the
+    0.8.2 table, so modern clients fall back to the v0 APIs (docs/protocols/kafka08.md); "off"
+    closes on ApiVersions like a real 0.8.2 broker. The older spelling true means "0.8", false
+    "off"."""
     message_max_bytes: int = 1_000_012
     """Largest produced message (MessageSizeTooLarge, error 10, above it)."""
     node_id: int = 0
     """The broker id the gateway advertises in Metadata and ConsumerMetadata."""
 
+    def __post_init__(self) -> None:
+        if isinstance(self.api_versions, bool):  # the older spelling of this key
+            object.__setattr__(self, "api_versions", "0.8" if self.api_versions else "off")
+
     def validate(self) -> list[str]:
         problems = []
+        if self.api_versions not in API_VERSIONS_MODES:
+            problems.append(
+                f"api_versions: got {self.api_versions!r}, expected one of "
+                f"{', '.join(repr(m) for m in API_VERSIONS_MODES)}"
+            )
         if self.fetch_compression not in CODECS:
             problems.append(
                 f"fetch_compression: got {self.fetch_compression!r}, expected one of "

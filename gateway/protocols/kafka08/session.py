@@ -52,6 +52,9 @@ from gateway.observability import (
     protocol_error,
 )
 from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget, send_pieces
+from gateway.protocols.kafka import context as modern_context
+from gateway.protocols.kafka import dispatch as modern
+from gateway.protocols.kafka.frames import Frames, ModernRequest
 from gateway.protocols.kafka08 import codec as c
 from gateway.protocols.kafka08.codec import ApiKey, RemoteProtocolError, Request
 from gateway.protocols.kafka08.compression import CODECS
@@ -132,7 +135,8 @@ class Session:
         self.codec = CODECS.get(getattr(self.cfg, "fetch_compression", "none"), 0)
         self.node_id = getattr(self.cfg, "node_id", 0)
         self.message_max_bytes = getattr(self.cfg, "message_max_bytes", 1_000_012)
-        self.api_versions = getattr(self.cfg, "api_versions", True)
+        self.api_versions = getattr(self.cfg, "api_versions", "full") != "off"
+        self.kctx = modern_context.KafkaContext.for_connection(ctx, self.log)
         self.max_answer_bytes = getattr(self.cfg, "max_answer_bytes", 64 << 20)
         self._duplicates_logged = False
         self._draining = False
@@ -195,7 +199,7 @@ class Session:
     async def _serve_requests(self, stream: trio.abc.Stream, pipeline: trio.Nursery) -> None:
         """Answer every complete request in the buffer, in order, then read more. Answers to
         pipelined requests go out together, but never wait behind a long-polling Fetch."""
-        conn = c.ServerConnection(self.cfg.max_frame_bytes)
+        conn = Frames(self.cfg.max_frame_bytes, modern.router(self.kctx))
         between_requests = getattr(stream, "between_requests", None)
         request_done = getattr(stream, "request_done", None)
         out: list[bytes] = []
@@ -204,7 +208,17 @@ class Session:
             try:
                 while (request := conn.next_request()) is not None:
                     served = True
-                    if (
+                    if isinstance(request, ModernRequest):  # today's APIs: modern.APIS
+                        await self._wait_produces(0)
+                        if request.api_key == ApiKey.FETCH:
+                            await self._send(stream, out)
+                        try:
+                            answer = await modern.serve(self.kctx, request.payload)
+                        except modern_context.CloseConnection:
+                            raise CloseConnection from None
+                        if answer is not None:
+                            out.append(answer)
+                    elif (
                         request.api_key == ApiKey.PRODUCE
                         and request.body.acks != 0
                         and self._pipeline_depth > 1
