@@ -533,10 +533,13 @@ class ClassicGroups:
             )
 
     def check_generation(self, name: str, member_id: str, generation: int) -> None:
-        """A member's commit: refused unless it is a member of the current generation."""
+        """A member's commit: refused unless it is a member of the current generation. While
+        the members join again the current generation still commits (what an eager consumer
+        does as it gives its partitions up); while they wait for the leader's assignment,
+        REBALANCE_IN_PROGRESS, as Kafka answers."""
         group, member = self._member(name, member_id, None)
         member.last_seen = trio.current_time()
-        if group.state in ("joining", "syncing"):
+        if group.state == "syncing":
             raise GatewayError(ErrorCode.REBALANCE_IN_PROGRESS, f"group {name!r} rebalances")
         if generation != group.generation:
             raise GatewayError(

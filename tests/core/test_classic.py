@@ -79,6 +79,8 @@ async def test_a_second_member_starts_a_round_both_join_the_leader_assigns() -> 
         assert "b" not in answers  # waits for a to join again
         await fails(core, Heartbeat("g", a, 1), ErrorCode.REBALANCE_IN_PROGRESS)
         await fails(core, SyncGroup("g", a, 1), ErrorCode.REBALANCE_IN_PROGRESS)
+        # while the members join again, the current generation may still commit
+        await core.execute(CommitOffset("g", "t", 0, 5, "", 1, a))
         answers["a"] = await core.execute(join_cmd(a))
     b = answers["b"].member_id
     assert answers["a"].generation == answers["b"].generation == 2
@@ -94,6 +96,8 @@ async def test_a_second_member_starts_a_round_both_join_the_leader_assigns() -> 
         nursery.start_soon(sync_b)
         await trio.testing.wait_all_tasks_blocked()
         assert "b" not in synced  # a follower waits for the leader's assignment
+        commit = CommitOffset("g", "t", 0, 6, "", 2, b)
+        await fails(core, commit, ErrorCode.REBALANCE_IN_PROGRESS)  # until it has come
         await fails(core, SyncGroup("g", a, 1), ErrorCode.ILLEGAL_GENERATION)
         plan = ((a, b"half-a", (("t", 0),)), (b, b"half-b", (("t", 1),)))
         synced["a"] = await core.execute(SyncGroup("g", a, 2, plan))
