@@ -3,7 +3,8 @@ tests/protocols/kafka: argv[1] is a JSON object {"bootstrap": ..., "ops": [[op, 
 each op's outcome (its result, or the error's name and text) is one element of the printed
 JSON list. Ops: create_topics [[name, partitions, config]], create_partitions [[name, total]],
 delete_topics [names], describe_configs [[kind, name, [keys]]], list_groups, describe_groups
-[names], delete_groups [names], produce [topic, per_partition, partitions]."""
+[names], delete_groups [names], topics [names] (their partition counts), produce [topic,
+per_partition, partitions]."""
 
 import json
 import sys
@@ -66,6 +67,9 @@ def run(op, a):
         return out
     if op == "delete_groups":
         return {k: v for k, v in settle(admin.delete_consumer_groups(a)).items()}
+    if op == "topics":
+        md = admin.list_topics(timeout=10)
+        return {name: len(t.partitions) for name, t in md.topics.items() if name in a}
     if op == "produce":
         topic, per_partition, partitions = a
         producer = Producer({"bootstrap.servers": args["bootstrap"]})
