@@ -53,7 +53,7 @@ from gateway.model import (
     SyncGroup,
     SyncGroupResult,
 )
-from gateway.observability import GROUP_MEMBERS, REBALANCES
+from gateway.observability import GROUP_MEMBERS, REBALANCES, limit_hit
 
 log = structlog.get_logger("gateway.groups")
 
@@ -119,9 +119,21 @@ class ClassicGroup(Group):
 class ClassicGroups:
     """The client-assigned groups of one gateway (see the module docstring)."""
 
-    def __init__(self, coordinator: GroupCoordinator) -> None:
+    def __init__(self, coordinator: GroupCoordinator, max_groups: int = 10_000) -> None:
         self.coordinator = coordinator
+        self.max_groups = max_groups
         self.groups: dict[str, ClassicGroup] = {}
+        self._swept = -1.0
+
+    def _sweep(self) -> None:
+        """Apply session timeouts to every group (at most once a second): groups whose members
+        all went silent are forgotten, so only live groups count against ``max_groups``."""
+        now = trio.current_time()
+        if now - self._swept < 1:
+            return
+        self._swept = now
+        for group in list(self.groups.values()):
+            self._expire(group)
 
     # ------------------------------------------------------------------ queries
     def has(self, name: str) -> bool:
@@ -150,6 +162,14 @@ class ClassicGroups:
     async def _group(self, name: str, protocol_type: str) -> ClassicGroup:
         group = self.groups.get(name)
         if group is None:
+            self._sweep()
+            if len(self.groups) >= self.max_groups:
+                limit_hit("max_kafka_groups", "server", log, group=name, groups=len(self.groups))
+                raise GatewayError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"the gateway holds {len(self.groups)} Kafka groups, the most allowed "
+                    "(server.max_kafka_groups)",
+                )
             if self.coordinator.has_members(name):
                 raise GatewayError(
                     ErrorCode.INCONSISTENT_GROUP_PROTOCOL,

@@ -103,6 +103,7 @@ class Core:
         group_assignment: str = "range",
         group_lease_ms: int = 10_000,
         max_group_members: int = 1000,
+        max_kafka_groups: int = 10_000,
     ) -> None:
         self.max_topics = max_topics
         self.max_partitions_per_topic = max_partitions_per_topic
@@ -131,7 +132,7 @@ class Core:
                 default_protocol=group_assignment,
                 max_members=max_group_members,
             )
-        self.classic = ClassicGroups(self.groups)  # Kafka's client-assigned groups
+        self.classic = ClassicGroups(self.groups, max_kafka_groups)  # Kafka's groups
         self.producers = ProducerRegistry()
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions

@@ -22,6 +22,7 @@ from gateway.model import (
     MemberIdRequired,
     SyncGroup,
 )
+from gateway.observability import LIMIT_HITS
 
 
 def make_core(**kw) -> Core:
@@ -198,6 +199,23 @@ async def test_member_id_required_ids_count_against_the_budget_and_lapse(
     await fails(core, join_cmd(require_member_id=True), ErrorCode.INVALID_REQUEST)
     await trio.sleep(11)  # the ids handed out lapse after the session timeout
     assert await new_member(core)
+
+
+async def test_kafka_groups_are_bounded_and_silent_ones_are_forgotten(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    core = make_core(max_kafka_groups=2)
+    hits = LIMIT_HITS.labels("max_kafka_groups", "server")._value.get()
+    for name in ("g1", "g2"):
+        await core.execute(JoinGroup(name, ("t",), protocols=(("range", b""),),
+                                     session_timeout_ms=6_000))  # fmt: skip
+    third = JoinGroup("g3", ("t",), protocols=(("range", b""),))
+    error = await fails(core, third, ErrorCode.INVALID_REQUEST)
+    assert "server.max_kafka_groups" in error.message
+    assert LIMIT_HITS.labels("max_kafka_groups", "server")._value.get() == hits + 1
+    await trio.sleep(7)  # g1 and g2 went silent: the next new group sweeps them away
+    assert (await core.execute(third)).generation == 1
+    assert core.classic.names() == ["g3"]
 
 
 async def test_unknown_member_id_is_refused() -> None:

@@ -48,7 +48,9 @@ def group_error(ctx: KafkaContext, api: str, exc: GatewayError, **fields: Any) -
     """The Kafka error of a failed group operation, counted (and logged when the client is
     at fault)."""
     if exc.code is ErrorCode.INVALID_REQUEST and "max_group_members" in exc.message:
-        code = K.group_max_size_reached  # the budget's hit is counted by the coordinator
+        code = K.group_max_size_reached  # the budget's hit is counted (and logged) already
+    elif exc.code is ErrorCode.INVALID_REQUEST and "max_kafka_groups" in exc.message:
+        code = K.invalid_request  # likewise; Kafka has no code for it
     else:
         code = GROUP_ERRORS.get(exc.code)  # type: ignore[assignment]
     if code is None:
