@@ -44,7 +44,8 @@ from gateway.model import (
 )
 from gateway.observability import RECORDS_IN, RECORDS_OUT, labelled
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
-from gateway.protocols.liftbridge.codec import PublishAckEncoder, Status, frame_message
+from gateway.protocols.liftbridge.acks import PublishAckEncoder
+from gateway.protocols.liftbridge.codec import Status, frame_message
 from gateway.protocols.liftbridge.state import LiftbridgeState
 
 PROTOCOL = "liftbridge"
