@@ -576,8 +576,6 @@ def decode_messages(body: bytes | memoryview, count: int, stride: int = -1) -> l
 
 # ---------------------------------------------------------------------------------- acks
 
-ACK_FIELDS = ("status", "last_offset", "producer_epoch", "producer_id", "seq_start", "seq_end")
-
 
 @dataclass(frozen=True, slots=True)
 class Ack:

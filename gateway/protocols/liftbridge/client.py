@@ -391,16 +391,3 @@ class LiftbridgeClient:
                 raise
             messages = exc.received
         return messages[1:]
-
-    async def set_cursor(self, stream: str, partition: int, cursor: str, offset: int) -> None:
-        await self.call(
-            "SetCursor",
-            pb.SetCursorRequest(stream=stream, partition=partition, cursorId=cursor, offset=offset),
-        )
-
-    async def fetch_cursor(self, stream: str, partition: int, cursor: str) -> int:
-        resp = await self.call(
-            "FetchCursor",
-            pb.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor),
-        )
-        return resp.offset

@@ -226,10 +226,6 @@ class GrpcConnection(H2FastPath):
             self._h2.ping(payload)
 
     @property
-    def open_calls(self) -> int:
-        return len(self._streams)
-
-    @property
     def buffered_bytes(self) -> int:
         """Bytes of unfinished request messages held (not yet acknowledged to the peer)."""
         return self._buffered
