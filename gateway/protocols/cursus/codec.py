@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gateway.model import RESERVED_HEADER_PREFIX, Record
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 
 MAGIC = 0xBA7C
 MAGIC_BYTES = b"\xba\x7c"
@@ -40,22 +41,6 @@ _SEQS = struct.Struct(">QQi")  # seq_start, seq_end, count
 _MSG_HEAD = struct.Struct(">QQH")  # offset, seq, producer_id length
 _U16_AT = _U16.unpack_from
 _U32_AT = _U32.unpack_from
-
-
-class CursusProtocolError(Exception):
-    """Base of the codec's errors."""
-
-
-class RemoteProtocolError(CursusProtocolError):
-    """The peer sent something that is not valid Cursus. ``kind`` labels the metric."""
-
-    def __init__(self, message: str, kind: str = "malformed") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class LocalProtocolError(CursusProtocolError):
-    """We tried to encode something the protocol cannot carry (a bug on our side)."""
 
 
 # ----------------------------------------------------------------------------------- framing

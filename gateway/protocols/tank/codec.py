@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 from gateway.protocols.tank.bundle import (
     BundleError,
     BundleInfo,
@@ -92,18 +93,6 @@ DP_OTHER_LEADER = 0xFC
 
 MAX_FETCH_SIZE = 64 << 20  # the broker caps a partition's fetch_size here
 TANK_VERSION = 400
-
-
-class RemoteProtocolError(Exception):
-    """The peer sent something malformed. ``kind`` names it for metrics."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class LocalProtocolError(Exception):
-    """We tried to send something the protocol cannot carry (a bug on our side)."""
 
 
 class _NeedData:
@@ -369,7 +358,7 @@ class _Reader:
         pos = self.pos
         if pos + n > self.end:
             raise RemoteProtocolError(
-                "truncated", f"{self.what}: needs {n} more bytes at {pos} of {self.end}"
+                f"{self.what}: needs {n} more bytes at {pos} of {self.end}", "truncated"
             )
         self.pos = pos + n
         return pos
@@ -400,7 +389,7 @@ class _Reader:
         try:
             value, self.pos = read_varint(self.buf, self.pos, self.end)
         except BundleError as exc:
-            raise RemoteProtocolError("bad_varint", f"{self.what}: {exc}") from None
+            raise RemoteProtocolError(f"{self.what}: {exc}", "bad_varint") from None
         return value
 
     @property
@@ -410,7 +399,7 @@ class _Reader:
     def done(self) -> None:
         if self.pos != self.end:
             raise RemoteProtocolError(
-                "trailing_bytes", f"{self.what}: {self.end - self.pos} bytes after the message"
+                f"{self.what}: {self.end - self.pos} bytes after the message", "trailing_bytes"
             )
 
 
@@ -459,7 +448,7 @@ def decode_request(msg_id: int, payload: bytes) -> Request:
         ids = None
         if r.remaining:
             if r.remaining % 2:
-                raise RemoteProtocolError("truncated", "discover_partitions: odd partition list")
+                raise RemoteProtocolError("discover_partitions: odd partition list", "truncated")
             ids = [r.u16() for _ in range(r.remaining // 2)]
         req = DiscoverPartitionsRequest(request_id, topic, ids)
     elif msg_id == MsgId.CREATE_TOPIC:
@@ -479,7 +468,7 @@ def decode_request(msg_id: int, payload: bytes) -> Request:
         request_id = r.u32()
         req = DiscoverTopologyRequest(request_id, r.u8() if r.remaining else 0)
     else:
-        raise RemoteProtocolError("unknown_msg", f"unknown message id {msg_id:#04x}")
+        raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
     r.done()
     return req
 
@@ -501,15 +490,15 @@ def _decode_produce(payload: bytes, with_seqnum: bool) -> ProduceRequest:
             base = r.u64() if with_seqnum else 0
             if blen > r.remaining:
                 raise RemoteProtocolError(
-                    "bundle_too_long",
                     f"produce: bundle of {blen} bytes but {r.remaining} left in the frame",
+                    "bundle_too_long",
                 )
             bundle = r.raw(blen)
             try:
                 info = scan_bundle(bundle)
             except BundleError as exc:
                 raise RemoteProtocolError(
-                    "bad_bundle", f"produce {name}/{partition}: {exc}"
+                    f"produce {name}/{partition}: {exc}", "bad_bundle"
                 ) from None
             parts.append(ProducePartition(partition, bundle, base, info))
         topics.append(ProduceTopic(name, parts))
@@ -745,7 +734,7 @@ def decode_response(msg_id: int, payload: bytes, request: Request | None = None)
         rest = r.raw(r.remaining)
         resp = DiscoverTopologyResponse(request_id, None if rest == b"\xff\xff" else rest)
     else:
-        raise RemoteProtocolError("unknown_msg", f"unknown message id {msg_id:#04x}")
+        raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
     r.done()
     return resp
 
@@ -755,7 +744,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
     header_len = r.u32()
     chunk_pos = 4 + header_len
     if chunk_pos > len(payload):
-        raise RemoteProtocolError("truncated", "consume response: header longer than the frame")
+        raise RemoteProtocolError("consume response: header longer than the frame", "truncated")
     h = _Reader(payload[:chunk_pos], "consume response header")
     h.pos = 4
     request_id = h.u32()
@@ -778,7 +767,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
                 p.hwmark = h.u64()
                 clen = h.u32()
                 if chunk_pos + clen > len(payload):
-                    raise RemoteProtocolError("truncated", "consume response: chunk past the end")
+                    raise RemoteProtocolError("consume response: chunk past the end", "truncated")
                 p.chunk = payload[chunk_pos : chunk_pos + clen]
                 chunk_pos += clen
             elif err == C_BOUNDARY:
@@ -811,7 +800,7 @@ def decode_chunk(chunk: bytes | memoryview, base_seq: int) -> list[TankMessage]:
         try:
             header, msgs = decode_bundle(chunk, body, body + blen, seq)
         except BundleError as exc:
-            raise RemoteProtocolError("bad_bundle", f"consume chunk: {exc}") from None
+            raise RemoteProtocolError(f"consume chunk: {exc}", "bad_bundle") from None
         out.extend(msgs)
         seq = (header.last_seq if header.sparse else seq + header.count - 1) + 1
         pos = body + blen
@@ -852,10 +841,10 @@ class TankConnection:
             return None
         msg_id, size = FRAME.unpack_from(buf, 0)
         if self.role is Role.SERVER and msg_id not in SERVER_MSG_IDS:
-            raise RemoteProtocolError("unknown_msg", f"unknown message id {msg_id:#04x}")
+            raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
         if size > self.max_frame_bytes:
             raise RemoteProtocolError(
-                "frame_too_large", f"frame of {size} bytes exceeds {self.max_frame_bytes}"
+                f"frame of {size} bytes exceeds {self.max_frame_bytes}", "frame_too_large"
             )
         if len(buf) < 5 + size:
             return None
