@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.protocols.buffer import ReceiveBuffer
 from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 from gateway.protocols.tank.bundle import (
     BundleError,
@@ -824,11 +825,11 @@ class TankConnection:
 
     role: Role = Role.SERVER
     max_frame_bytes: int = DEFAULT_MAX_FRAME
-    _buf: bytearray = field(default_factory=bytearray)
+    _buf: ReceiveBuffer = field(default_factory=ReceiveBuffer)
     _produce: dict[int, ProduceRequest] = field(default_factory=dict)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf += data
+        self._buf.feed(data)
 
     @property
     def buffered(self) -> int:
@@ -837,20 +838,19 @@ class TankConnection:
     def next_frame(self) -> tuple[int, bytes] | None:
         """The next whole frame as (msg_id, payload), or None when more bytes are needed."""
         buf = self._buf
-        if len(buf) < 5:
+        if len(buf.data) - buf.pos < 5:
             return None
-        msg_id, size = FRAME.unpack_from(buf, 0)
+        msg_id, size = FRAME.unpack_from(buf.data, buf.pos)
         if self.role is Role.SERVER and msg_id not in SERVER_MSG_IDS:
             raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
         if size > self.max_frame_bytes:
             raise RemoteProtocolError(
                 f"frame of {size} bytes exceeds {self.max_frame_bytes}", "frame_too_large"
             )
-        if len(buf) < 5 + size:
+        if len(buf.data) - buf.pos < 5 + size:
             return None
-        payload = bytes(buf[5 : 5 + size])
-        del buf[: 5 + size]
-        return msg_id, payload
+        buf.skip(5)
+        return msg_id, buf.take(size)
 
     def next_event(self) -> Any:
         got = self.next_frame()
