@@ -852,6 +852,11 @@ class TankConnection:
         buf.skip(5)
         return msg_id, buf.take(size)
 
+    def next_request(self) -> Any:
+        """:meth:`next_event` with None instead of NEED_DATA (the connection driver's framing)."""
+        event = self.next_event()
+        return None if event is NEED_DATA else event
+
     def next_event(self) -> Any:
         got = self.next_frame()
         if got is None:
