@@ -1368,6 +1368,11 @@ class ServerConnection:
     def receive_data(self, data: bytes) -> None:
         self._buf.feed(data)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet part of a returned frame."""
+        return len(self._buf)
+
     def next_frame(self) -> RawRequest | None:
         if self.broken:
             raise RemoteProtocolError("connection already failed", "broken")
