@@ -38,6 +38,7 @@ import h2.exceptions
 import h2.settings
 import h2.utilities
 
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 from gateway.protocols.liftbridge.grpc_wire import (
     GRPC_PREFIX,
     METHODS,
@@ -50,10 +51,8 @@ from gateway.protocols.liftbridge.grpc_wire import (
     ConnectionClosed,
     Event,
     HalfClosed,
-    LocalProtocolError,
     MessageReceived,
     MethodSpec,
-    RemoteProtocolError,
     ResponseStarted,
     Status,
     _status_of,
@@ -359,7 +358,7 @@ class GrpcConnection(H2FastPath):
                 queued += _GOAWAY_PROTOCOL_ERROR
             self._out_extra += queued
             self._closed = self._broken = True
-            raise RemoteProtocolError(f"HTTP/2 protocol error: {exc}") from exc
+            raise RemoteProtocolError(f"HTTP/2 protocol error: {exc}", "http2") from exc
         out: list[Event] = []
         flush = False
         for ev in h2_events:
@@ -427,7 +426,7 @@ class GrpcConnection(H2FastPath):
         self._h2.close_connection(error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
         self._out_extra += self._h2.data_to_send()
         self._closed = self._broken = True
-        return RemoteProtocolError(f"HTTP/2 protocol error: {message}")
+        return RemoteProtocolError(f"HTTP/2 protocol error: {message}", "http2")
 
     def _drop(self, sid: int) -> None:
         """Forget a call (reset by the peer)."""

@@ -96,21 +96,6 @@ METHODS: dict[str, MethodSpec] = _methods()
 METHODS_BY_NAME: dict[str, MethodSpec] = {s.name: s for s in METHODS.values()}
 
 
-class RemoteProtocolError(Exception):
-    """The peer broke HTTP/2 (or sent something that is not gRPC at the connection level), or
-    went past a budget (``limit`` names its config key; else None). The connection is over;
-    ``data_to_send()`` holds the GOAWAY to send before closing."""
-
-    def __init__(self, message: str, kind: str = "http2", limit: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.limit = limit
-
-
-class LocalProtocolError(Exception):
-    """We tried to send something invalid (a bug in the caller)."""
-
-
 # ------------------------------------------------------------------------------------- events
 
 
