@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
+from gateway.protocols.kafka.sasl import MECHANISMS as SASL_MECHANISMS
 from gateway.protocols.kafka08.compression import CODECS
 from gateway.protocols.kafka08.session import handle_connection
 
@@ -34,6 +35,12 @@ class Kafka08ListenerConfig(ListenerConfig):
     node_id: int = 0
     """The broker id the gateway advertises in Metadata and ConsumerMetadata."""
 
+    sasl_mechanisms: tuple[str, ...] = ()
+    """SASL on this listener: any of "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512" (today's clients
+    only: SaslHandshake v1). Empty: no authentication."""
+    sasl_users: tuple[dict[str, str], ...] = ()
+    """``{ username, password }`` tables SASL checks against."""
+
     def __post_init__(self) -> None:
         if isinstance(self.api_versions, bool):  # the older spelling of this key
             object.__setattr__(self, "api_versions", "0.8" if self.api_versions else "off")
@@ -44,6 +51,29 @@ class Kafka08ListenerConfig(ListenerConfig):
             problems.append(
                 f"api_versions: got {self.api_versions!r}, expected one of "
                 f"{', '.join(repr(m) for m in API_VERSIONS_MODES)}"
+            )
+        for mechanism in self.sasl_mechanisms:
+            if mechanism not in SASL_MECHANISMS:
+                problems.append(
+                    f"sasl_mechanisms: got {mechanism!r}, expected any of "
+                    f"{', '.join(SASL_MECHANISMS)}"
+                )
+        for i, user in enumerate(self.sasl_users):
+            if set(user) != {"username", "password"} or not all(
+                isinstance(v, str) and v for v in user.values()
+            ):
+                problems.append(
+                    f"sasl_users[{i}]: got keys {sorted(user)}, expected "
+                    "{ username, password } with non-empty strings"
+                )
+        if self.sasl_mechanisms and not self.sasl_users:
+            problems.append(
+                "sasl_users: got none with sasl_mechanisms set, expected at least one user"
+            )
+        if self.sasl_mechanisms and self.api_versions != "full":
+            problems.append(
+                f"sasl_mechanisms: set with api_versions {self.api_versions!r}, expected "
+                'api_versions "full" (SASL is one of today\'s APIs)'
             )
         if self.fetch_compression not in CODECS:
             problems.append(

@@ -218,6 +218,8 @@ class Session:
                             raise CloseConnection from None
                         if answer is not None:
                             out.append(answer)
+                        if self.kctx.closing:  # e.g. a failed SASL exchange: answer, then close
+                            raise CloseConnection
                     elif (
                         request.api_key == ApiKey.PRODUCE
                         and request.body.acks != 0
