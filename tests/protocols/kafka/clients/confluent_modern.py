@@ -35,6 +35,10 @@ if args.get("auth_probe"):  # only connect: print the errors librdkafka reports
         probe.list_topics(timeout=5)
     except Exception as exc:  # KafkaException: the metadata request never got an answer
         errors.append(["list_topics", str(exc)])
+    for _ in range(20):  # error_cb runs from poll()
+        if any(name == "_AUTHENTICATION" for name, _ in errors):
+            break
+        probe.poll(0.5)
     print(json.dumps({"errors": errors}))
     sys.exit(0)
 
