@@ -26,7 +26,6 @@ from gateway.observability import protocol_error
 from gateway.protocols.kafka.codec import build, response_class
 from gateway.protocols.kafka.context import PROTOCOL, KafkaContext, RequestHeader
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_ITERATIONS = 4096
 
 

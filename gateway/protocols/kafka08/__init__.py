@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
-from gateway.protocols.kafka.sasl import MECHANISMS as SASL_MECHANISMS
+from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec, lazy
 from gateway.protocols.kafka08.compression import CODECS
-from gateway.protocols.kafka08.session import handle_connection
 
 API_VERSIONS_MODES = ("full", "0.8", "off")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +93,8 @@ class Kafka08ListenerConfig(ListenerConfig):
 PROTOCOL = ProtocolSpec(
     "kafka08",
     Kafka08ListenerConfig,
-    handle_connection,
-    "Kafka 0.8 (Produce/Fetch/Offsets/Metadata v0, OffsetCommit/Fetch v0-1, ConsumerMetadata)",
+    lazy("gateway.protocols.kafka08.session", "handle_connection"),
+    "Kafka 0.8 to today's clients (Produce v0/v3-9, Fetch v0/v4-13, Metadata v0-12, "
+    "ListOffsets, InitProducerId, SASL; OffsetCommit/Fetch v0-1, ConsumerMetadata)",
     authorization_error=False,
 )
