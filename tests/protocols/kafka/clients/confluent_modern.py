@@ -81,7 +81,7 @@ while True:
     records.append(
         [
             msg.offset(),
-            msg.key().decode(),
+            None if msg.key() is None else msg.key().decode(),
             msg.value().decode(),
             [[k, v.decode()] for k, v in (msg.headers() or [])],
             msg.timestamp()[1],
