@@ -15,10 +15,10 @@ from gateway.backends.kafka.records import (
     OVERHEAD,
     TRANSACTIONAL_FLAG,
     KafkaRecordError,
-    batches_to_canonical,
     canonical_to_batch,
     decode_batches,
 )
+from gateway.backends.kafka.to_canonical import batches_to_canonical
 from gateway.canonical import CANONICAL
 from gateway.model import RecordBatch
 

@@ -48,6 +48,8 @@ class KafkaContext:
     log: Any
     principal: str = ""
     sasl: Any = None
+    closing: bool = False
+    """Set by a handler whose answer must be the connection's last (a failed SASL exchange)."""
     _counters: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     @classmethod

@@ -32,6 +32,7 @@ from gateway.protocols.kafka import (
     offsets,
     produce,
     producer_id,
+    sasl,
 )
 from gateway.protocols.kafka.codec import (
     MalformedRequest,
@@ -65,8 +66,10 @@ APIS: dict[int, Api] = {
     1: Api("fetch", 4, 13, fetch.handle),
     2: Api("list_offsets", 1, 7, list_offsets.handle),
     3: Api("metadata", 1, 12, metadata.handle),
+    17: Api("sasl_handshake", 1, 1, sasl.handshake),
     18: Api("api_versions", 0, 3, api_versions.handle),
     22: Api("init_producer_id", 0, 4, producer_id.handle),
+    36: Api("sasl_authenticate", 0, 2, sasl.authenticate),
     60: Api("describe_cluster", 0, 1, cluster.handle),
     8: Api("offset_commit", 2, 9, offsets.offset_commit),
     9: Api("offset_fetch", 2, 9, offsets.offset_fetch),

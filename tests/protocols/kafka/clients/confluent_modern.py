@@ -2,7 +2,8 @@
 
 argv[1] is a JSON object: bootstrap ("host:port"), topic, count, produce (extra producer
 settings, e.g. {"enable.idempotence": true, "compression.type": "zstd"}), consume (extra
-consumer settings), skip_produce (only consume). Produces ``count`` records with a key, a value,
+consumer settings), skip_produce (only consume), auth_probe (only connect, print the
+errors). Produces ``count`` records with a key, a value,
 two headers and a timestamp to partition 0, then reads the partition from the beginning with
 assign() until its end; prints one JSON object.
 """
@@ -26,6 +27,20 @@ def delivered(err, msg):
     else:
         out["offsets"].append(msg.offset())
 
+
+if args.get("auth_probe"):  # only connect: print the errors librdkafka reports
+    errors = []
+    probe = Producer({**common, "error_cb": lambda err: errors.append([err.name(), err.str()])})
+    try:
+        probe.list_topics(timeout=5)
+    except Exception as exc:  # KafkaException: the metadata request never got an answer
+        errors.append(["list_topics", str(exc)])
+    for _ in range(20):  # error_cb runs from poll()
+        if any(name == "_AUTHENTICATION" for name, _ in errors):
+            break
+        probe.poll(0.5)
+    print(json.dumps({"errors": errors}))
+    sys.exit(0)
 
 if not args.get("skip_produce"):
     producer = Producer({**common, "linger.ms": 5, **args.get("produce", {})})
@@ -66,7 +81,7 @@ while True:
     records.append(
         [
             msg.offset(),
-            msg.key().decode(),
+            None if msg.key() is None else msg.key().decode(),
             msg.value().decode(),
             [[k, v.decode()] for k, v in (msg.headers() or [])],
             msg.timestamp()[1],
