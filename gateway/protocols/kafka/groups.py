@@ -1,8 +1,8 @@
 """The classic consumer-group APIs: FindCoordinator v1-v5, JoinGroup v0-v9, SyncGroup v0-v5,
 Heartbeat v0-v4, LeaveGroup v0-v5.
 
-The gateway is its own coordinator (FindCoordinator names this listener, for every key of a
-batched v4+ request). Membership is the core's client-assigned group model
+The gateway is its own coordinator (FindCoordinator names this listener, for every group of a
+batched v4+ request; a transaction key gets INVALID_REQUEST: there are no transactions here). Membership is the core's client-assigned group model
 (:mod:`gateway.core.classic`): the leader gets the members' metadata and sends the assignment,
 which the gateway keeps opaque, reading consumer-protocol subscriptions and assignments only to
 know the topics (ACLs) and to show the assignment in ``gateway groups``.
@@ -31,6 +31,7 @@ from gateway.protocols.kafka.codec import NO_THROTTLE, build, nested, response_c
 from gateway.protocols.kafka.context import PROTOCOL, KafkaContext, RequestHeader
 
 CONSUMER = "consumer"
+GROUP_KEY = 0  # FindCoordinator key type of a group (1: a transaction)
 MIN_SESSION_TIMEOUT_MS = 6_000
 MAX_SESSION_TIMEOUT_MS = 1_800_000
 """Kafka's ``group.min.session.timeout.ms`` and ``group.max.session.timeout.ms`` defaults."""
@@ -113,12 +114,10 @@ def assigned_partitions(protocol_type: str, data: bytes) -> tuple[tuple[str, int
 
 
 async def find_coordinator(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
-    from gateway.protocols.kafka.dispatch import APIS
-
     cls = response_class(10, header.api_version)
     key_type = request.key_type if header.api_version >= 1 else 0
-    # transactions are coordinated here only when this listener serves them (EndTxn)
-    served = key_type == 0 or (key_type == 1 and 26 in APIS)
+    # groups only: the listener serves no transactions (nor share groups) to coordinate
+    served = key_type == GROUP_KEY
     code = K.none if served else K.invalid_request
     message = None if served else f"key type {key_type}: no such coordinator here"
     ctx.count("find_coordinator", "ok" if served else str(int(code)))
