@@ -72,8 +72,16 @@ class ServerConfig:
     """Members one consumer group may have; a join beyond it is refused (the whole group is one
     entry that every heartbeat reads on a shared backend)."""
 
+    max_producer_states: int = 100_000
+    """(Idempotent producer, partition) entries kept for de-duplicating retries (about 200 bytes
+    each); beyond it the least recently used is forgotten."""
+
     def validate(self) -> list[str]:
         problems = []
+        if self.max_producer_states < 1:
+            problems.append(
+                f"server.max_producer_states: got {self.max_producer_states!r}, expected 1 or more"
+            )
         if self.group_assignment not in ("range", "sticky"):
             problems.append(
                 f"server.group_assignment: got {self.group_assignment!r}, "
