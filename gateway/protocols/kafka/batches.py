@@ -73,11 +73,31 @@ def _walk(buf: bytes, pos: int, end: int, count: int) -> None:
     """Check the records of a batch without decoding them: each record's length fits, the
     offset deltas count 0..count-1, and the records fill the batch exactly. (Keys, values and
     headers are the client's: a Kafka consumer reads them as written; another protocol's reader
-    decodes them, and refuses a malformed one as a corrupt message.)"""
+    decodes them, and refuses a malformed one as a corrupt message.) The one- and two-byte
+    varints (every length below 8 KiB, every delta below 8192) are read in line: this loop is
+    most of a produce's CPU."""
     for i in range(count):
-        length, body = _zigzag(buf, pos)
-        _ts_delta, p = _zigzag(buf, body + 1)  # after the record's attributes byte
-        delta, p = _zigzag(buf, p)
+        b = buf[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            body = pos + 1
+        elif buf[pos + 1] < 0x80:
+            raw = (b & 0x7F) | (buf[pos + 1] << 7)
+            length = (raw >> 1) ^ -(raw & 1)
+            body = pos + 2
+        else:
+            length, body = _zigzag(buf, pos)
+        p = body + 1  # after the record's attributes byte
+        while buf[p] & 0x80:  # the timestamp delta, skipped
+            p += 1
+        b = buf[p + 1]
+        if b < 0x80:
+            delta = (b >> 1) ^ -(b & 1)
+        elif buf[p + 2] < 0x80:
+            raw = (b & 0x7F) | (buf[p + 2] << 7)
+            delta = (raw >> 1) ^ -(raw & 1)
+        else:
+            delta, _ = _zigzag(buf, p + 1)
         if delta != i:
             raise InvalidBatch(f"record {i} has offset delta {delta}", INVALID_RECORD)
         pos = body + length

@@ -103,3 +103,27 @@ def test_an_empty_record_set_is_corrupt() -> None:
     with pytest.raises(InvalidBatch) as info:
         read_produced(b"", 1 << 20)
     assert info.value.code == CORRUPT_MESSAGE
+
+
+def test_records_that_do_not_fill_the_batch_or_skip_a_delta_are_refused() -> None:
+    """Large records (two-byte lengths) and many records (two-byte deltas) pass the walk; a
+    batch whose records end early, or whose deltas skip, does not."""
+    big = [Record(b"k", b"x" * 5000, (), 1_700_000_000_000_000)] * 3
+    many = [Record(None, b"v%d" % i, (), -1) for i in range(300)]
+    for records in (big, many):
+        assert read_produced(encode_batch(records, 0), 1 << 20).batch.count == len(records)
+    data = bytearray(encode_batch(many, 0))
+    data[-1:] = b""  # one byte short: the header's length and the records disagree
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    with pytest.raises(InvalidBatch) as info:
+        read_produced(with_producer(bytes(data), -1, -1, -1), 1 << 20)
+    assert info.value.code == CORRUPT_MESSAGE
+    skipping = bytearray(encode_batch(many[:2], 0))
+    # record 1's offset delta (zigzag 1 -> 2) becomes 2 (zigzag 4): a gap
+    second = 61 + 1 + skipping[61] // 2  # start of record 1: after record 0's length and body
+    pos = second + 1 + 1 + 1  # its length varint, attributes, timestamp delta
+    assert skipping[pos] == 2
+    skipping[pos] = 4
+    with pytest.raises(InvalidBatch) as info:
+        read_produced(with_producer(bytes(skipping), -1, -1, -1), 1 << 20)
+    assert info.value.code == INVALID_RECORD
