@@ -36,8 +36,15 @@ def admin(bootstrap: str, *ops: tuple[str, Any], timeout: float = 90) -> list[An
 class Member:
     """One group member process: its assignments and records as it reports them."""
 
-    def __init__(self, venv: str, bootstrap: str, topic: str, group: str) -> None:
-        args = {"bootstrap": bootstrap, "topic": topic, "group": group}
+    def __init__(
+        self,
+        venv: str,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        args = {"bootstrap": bootstrap, "topic": topic, "group": group, "consume": settings or {}}
         self.proc = subprocess.Popen(
             [venv_python(venv), str(CLIENTS / SCRIPTS[venv]), json.dumps(args)],
             stdin=subprocess.PIPE,

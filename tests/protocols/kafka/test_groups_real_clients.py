@@ -1,8 +1,9 @@
 """Consumer groups of today's clients on the Kafka listener, against a running gateway on the
-embedded backend: confluent-kafka (librdkafka 2.x) and kafka-python 3.0.12 members subscribe,
-a second member splits the partitions with the first (disjoint shares, all partitions), each
-commits, a member that leaves hands its partitions over, a restarted member resumes from the
-committed offsets, and a Cursus client reads the very offsets the Kafka group committed."""
+embedded backend: confluent-kafka (librdkafka 2.x; eager and cooperative-sticky) and kafka-python
+3.0.12 members subscribe, a second member splits the partitions with the first (disjoint shares,
+all partitions), each commits, a member that leaves hands its partitions over, a restarted member
+resumes from the committed offsets, and a Cursus client reads the very offsets the Kafka group
+committed."""
 
 from __future__ import annotations
 
@@ -38,8 +39,19 @@ async def cursus_offsets(addr: tuple[str, int], topic: str, group: str) -> list[
         return [await cl.fetch_offset(topic, p, group) for p in range(PARTITIONS)]
 
 
-@pytest.mark.parametrize("venv", ["confluent-kafka", "kafka-python-3"])
-def test_group_splits_commits_hands_over_and_resumes(gateway: GatewayProcess, venv: str) -> None:
+CASES = {
+    "confluent-kafka": ("confluent-kafka", {}),  # range,roundrobin: eager
+    "confluent-kafka-cooperative": (
+        "confluent-kafka",
+        {"partition.assignment.strategy": "cooperative-sticky"},  # incremental rebalances
+    ),
+    "kafka-python-3": ("kafka-python-3", {}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_group_splits_commits_hands_over_and_resumes(gateway: GatewayProcess, case: str) -> None:
+    venv, settings = CASES[case]
     n = next(_names)
     topic, group = f"gt-{n}", f"g-{n}"
     bootstrap = "%s:%d" % gateway.address("kafka08")  # noqa: UP031
@@ -47,11 +59,11 @@ def test_group_splits_commits_hands_over_and_resumes(gateway: GatewayProcess, ve
         bootstrap, ("create_topics", [[topic, PARTITIONS, {}]]), ("produce", [topic, 10, 4])
     )
     assert created == {topic: {"ok": None}} and produced == 0
-    a = Member(venv, bootstrap, topic, group)
+    a = Member(venv, bootstrap, topic, group, settings)
     b = None
     try:
         wait_for([a], lambda: a.owned == all_partitions(topic), what="the first member's share")
-        b = Member(venv, bootstrap, topic, group)
+        b = Member(venv, bootstrap, topic, group, settings)
         both = [a, b]
 
         def split() -> bool:
@@ -79,7 +91,7 @@ def test_group_splits_commits_hands_over_and_resumes(gateway: GatewayProcess, ve
             b.kill()
     # a restarted member resumes from the committed offsets
     assert admin(bootstrap, ("produce", [topic, 5, 4])) == [0]
-    c = Member(venv, bootstrap, topic, group)
+    c = Member(venv, bootstrap, topic, group, settings)
     try:
         wait_for([c], lambda: c.owned == all_partitions(topic), what="the restarted member")
         c.commit_until(15)

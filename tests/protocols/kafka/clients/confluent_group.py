@@ -25,13 +25,13 @@ def say(obj):
 
 
 def on_assign(consumer, partitions):
-    owned.clear()
+    # eager protocols revoke everything first; cooperative ones add and revoke increments
     owned.update((p.topic, p.partition) for p in partitions)
     say({"assigned": sorted(owned)})
 
 
 def on_revoke(consumer, partitions):
-    owned.clear()
+    owned.difference_update((p.topic, p.partition) for p in partitions)
 
 
 consumer = Consumer(

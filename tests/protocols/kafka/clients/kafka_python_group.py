@@ -23,10 +23,9 @@ def say(obj):
 
 class Listener(ConsumerRebalanceListener):
     def on_partitions_revoked(self, revoked):
-        owned.clear()
+        owned.difference_update((p.topic, p.partition) for p in revoked)
 
     def on_partitions_assigned(self, assigned):
-        owned.clear()
         owned.update((p.topic, p.partition) for p in assigned)
         say({"assigned": sorted(owned)})
 
