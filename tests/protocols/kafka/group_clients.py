@@ -123,7 +123,7 @@ class Member:
         if self.proc.poll() is None:
             self.proc.kill()
         assert self.proc.stderr is not None
-        return self.proc.stderr.read()[-4000:]
+        return self.proc.stderr.read()[-6000:]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
