@@ -15,6 +15,7 @@ import struct
 from functools import cache
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode as K
 from kio.serial import entity_reader
 
@@ -61,6 +62,37 @@ def group_error(ctx: KafkaContext, api: str, exc: GatewayError, **fields: Any) -
         protocol_error(ctx.log, PROTOCOL, exc.code.value, error=exc.message, **fields)
     ctx.count(api, str(int(code)))
     return code
+
+
+async def unless_draining(ctx: KafkaContext, command: Any) -> Any:
+    """``ctx.core.execute(command)`` for a call that may wait (a JoinGroup for the round, a
+    follower's SyncGroup for the leader): when the gateway drains meanwhile, NOT_COORDINATOR,
+    so the member looks for its coordinator again instead of holding the drain up."""
+    shutdown = ctx.conn.shutdown
+    if shutdown.is_set():
+        raise GatewayError(ErrorCode.NOT_COORDINATOR, "the gateway is shutting down")
+    result: list[Any] = []
+    failed: list[GatewayError] = []
+    async with trio.open_nursery() as nursery:
+
+        async def call() -> None:
+            try:
+                result.append(await ctx.core.execute(command))
+            except GatewayError as exc:  # the answer, not a crash of the nursery
+                failed.append(exc)
+            nursery.cancel_scope.cancel()
+
+        async def drain() -> None:
+            await shutdown.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(call)
+        nursery.start_soon(drain)
+    if failed:
+        raise failed[0]
+    if not result:
+        raise GatewayError(ErrorCode.NOT_COORDINATOR, "the gateway is shutting down")
+    return result[0]
 
 
 def ms(value: Any) -> int:
@@ -197,7 +229,7 @@ async def join_group(ctx: KafkaContext, header: RequestHeader, request: Any) -> 
         client_host=ctx.peer.rsplit(":", 1)[0],
     )
     try:
-        joined = await ctx.core.execute(cmd)
+        joined = await unless_draining(ctx, cmd)
     except MemberIdRequired as exc:
         ctx.count("join_group", str(int(K.member_id_required)))
         return answer(K.member_id_required, exc.member_id)
@@ -239,7 +271,7 @@ async def sync_group(ctx: KafkaContext, header: RequestHeader, request: Any) -> 
         getattr(request, "group_instance_id", None),
     )
     try:
-        synced = await ctx.core.execute(cmd)
+        synced = await unless_draining(ctx, cmd)
     except GatewayError as exc:
         code = group_error(ctx, "sync_group", exc, group=request.group_id)
         return build(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import queue
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -45,11 +46,14 @@ class Member:
         settings: dict[str, Any] | None = None,
     ) -> None:
         args = {"bootstrap": bootstrap, "topic": topic, "group": group, "consume": settings or {}}
+        # the client's log goes to a file: a pipe nobody reads until the end would fill up and
+        # stop the client in the middle of a write
+        self.log = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(
             [venv_python(venv), str(CLIENTS / SCRIPTS[venv]), json.dumps(args)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.log,
             text=True,
         )
         self.lines: queue.Queue[dict] = queue.Queue()
@@ -122,8 +126,9 @@ class Member:
     def stderr(self) -> str:
         if self.proc.poll() is None:
             self.proc.kill()
-        assert self.proc.stderr is not None
-        return self.proc.stderr.read()[-6000:]
+            self.proc.wait(10)
+        self.log.seek(0)
+        return self.log.read()[-6000:]
 
     def kill(self) -> None:
         if self.proc.poll() is None:

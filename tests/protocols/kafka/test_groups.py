@@ -192,3 +192,21 @@ async def test_the_group_budget_answers_group_max_size_reached() -> None:
     ctx = make_context(core)
     assert (await join(ctx, 3)).error_code == K.none
     assert (await join(ctx, 3)).error_code == K.group_max_size_reached
+
+
+async def test_a_waiting_join_answers_not_coordinator_when_the_gateway_drains() -> None:
+    ctx = make_context()
+    a = (await join(ctx, 3)).member_id
+    plan = (sub(14, 3, "SyncGroupRequestAssignment", member_id=a, assignment=b""),)
+    await call(ctx, 14, 3, group_id="g", generation_id=1, member_id=a, assignments=plan)
+    got = {}
+
+    async def join_b() -> None:
+        got["b"] = await join(ctx, 3)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(join_b)
+        await trio.testing.wait_all_tasks_blocked()
+        assert "b" not in got  # waiting for a to join again
+        ctx.conn.shutdown.set()
+    assert got["b"].error_code == K.not_coordinator

@@ -57,10 +57,6 @@ CASES = {
 
 
 RUNS = [(backend, case) for backend in ("embedded", "nats") for case in CASES]
-# kafka-python 3.0.12's I/O loop stalls now and then right after an answer it logged as
-# received (no further request on any connection, heartbeats included), more often against
-# NATS's slower answers: its group is tested on the embedded log only
-RUNS.remove(("nats", "kafka-python-3"))
 
 
 @pytest.mark.parametrize(("gateway", "case"), RUNS, indirect=["gateway"])

@@ -48,13 +48,27 @@ consumer = Consumer(
 consumer.subscribe([args["topic"]], on_assign=on_assign, on_revoke=on_revoke)
 
 
+RETRY = (KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION)
+
+
 def commit():
-    """Commit the positions of the partitions owned (synchronously); what is committed now."""
-    try:
-        consumer.commit(asynchronous=False)
-    except KafkaException as exc:  # nothing consumed since the last commit: nothing to commit
-        if exc.args[0].code() != KafkaError._NO_OFFSET:
-            raise
+    """Commit the positions of the partitions owned (synchronously); what is committed now.
+    A rebalance under way refuses the commit: the member polls (joining again) and retries,
+    as an application does."""
+    for _ in range(50):
+        try:
+            consumer.commit(asynchronous=False)
+            break
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code == KafkaError._NO_OFFSET:  # nothing consumed since the last commit
+                break
+            if code not in RETRY:
+                raise
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error() is None:
+                records.setdefault(msg.partition(), []).append(msg.offset())
+                say({"got": [[msg.partition(), msg.offset()]]})
     assigned = [TopicPartition(t, p) for t, p in sorted(owned)]
     return {tp.partition: tp.offset for tp in consumer.committed(assigned, timeout=10)}
 

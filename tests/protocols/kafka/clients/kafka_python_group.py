@@ -9,6 +9,7 @@ import select
 import sys
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka import errors as Errors
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
 args = json.loads(sys.argv[1])
@@ -39,12 +40,24 @@ consumer = KafkaConsumer(
     heartbeat_interval_ms=500,
     **args.get("consume", {}),
 )
+# the topic's metadata first, so the first join already sees its partitions (otherwise the
+# leader assigns nothing, then joins again once it has them)
+consumer.partitions_for_topic(args["topic"])
 consumer.subscribe([args["topic"]], listener=Listener())
 
 
 def commit():
-    """Commit the positions of the partitions owned (synchronously); what is committed now."""
-    consumer.commit()
+    """Commit the positions of the partitions owned (synchronously); what is committed now.
+    A rebalance under way refuses the commit: the member polls (joining again) and retries,
+    as an application does."""
+    for _ in range(50):
+        try:
+            consumer.commit()
+            break
+        except (Errors.RebalanceInProgressError, Errors.CommitFailedError):
+            for tp, msgs in consumer.poll(timeout_ms=100).items():
+                records.setdefault(tp.partition, []).extend(m.offset for m in msgs)
+                say({"got": [[tp.partition, m.offset] for m in msgs]})
     return {p: consumer.committed(TopicPartition(t, p)) for t, p in sorted(owned)}
 
 
