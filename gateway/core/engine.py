@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import structlog
 import trio
@@ -24,6 +24,7 @@ from gateway.core.waiters import Waiters
 from gateway.fdlimit import default_partition_cap
 from gateway.model import (
     AppendResult,
+    Command,
     CommitOffset,
     CommittedOffset,
     CreatePartitions,
@@ -37,8 +38,10 @@ from gateway.model import (
     FetchOffset,
     FetchResult,
     GatewayError,
+    GroupDescription,
     Heartbeat,
     JoinGroup,
+    JoinGroupResult,
     LeaveGroup,
     ListOffsets,
     ListOffsetsResult,
@@ -53,12 +56,16 @@ from gateway.model import (
     Stats,
     StatsResult,
     SyncGroup,
+    SyncGroupResult,
     TopicDescription,
     TopicInfo,
 )
 from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY, labelled, limit_hit, snake_case
 
 log = structlog.get_logger("gateway.core")
+
+R = TypeVar("R")
+_Handler = Callable[[Any], Awaitable[object]]
 
 
 class CreationRate:
@@ -136,32 +143,35 @@ class Core:
         self._round_robin = itertools.count()
         for backend in backends.values():
             backend.append_listener = self.waiters.notify
-        self._handlers: dict[type, Callable[[Any], Awaitable[Any]]] = {
-            CreateTopic: self._create_topic,
-            DeleteTopic: self._delete_topic,
-            ListTopics: self._list_topics,
-            DescribeTopic: self._describe_topic,
-            CreatePartitions: self._create_partitions,
-            DeletePartitions: self._delete_partitions,
-            Produce: self.produce,
-            Fetch: self.fetch,
-            ListOffsets: self._list_offsets,
-            CommitOffset: self._commit,
-            FetchOffset: self._fetch_offset,
-            JoinGroup: self._join,
-            SyncGroup: self._sync,
-            Heartbeat: self._heartbeat,
-            LeaveGroup: self._leave,
-            DescribeGroup: self._describe_group,
-            Stats: self._stats,
-            Ping: self._ping,
-        }
+        self._handlers: dict[type[Command[Any]], _Handler] = dict(
+            [
+                CreateTopic.handled_by(self._create_topic),
+                DeleteTopic.handled_by(self._delete_topic),
+                ListTopics.handled_by(self._list_topics),
+                DescribeTopic.handled_by(self._describe_topic),
+                CreatePartitions.handled_by(self._create_partitions),
+                DeletePartitions.handled_by(self._delete_partitions),
+                Produce.handled_by(self.produce),
+                Fetch.handled_by(self.fetch),
+                ListOffsets.handled_by(self._list_offsets),
+                CommitOffset.handled_by(self._commit),
+                FetchOffset.handled_by(self._fetch_offset),
+                JoinGroup.handled_by(self._join),
+                SyncGroup.handled_by(self._sync),
+                Heartbeat.handled_by(self._heartbeat),
+                LeaveGroup.handled_by(self._leave),
+                DescribeGroup.handled_by(self._describe_group),
+                Stats.handled_by(self._stats),
+                Ping.handled_by(self._ping),
+            ]
+        )
 
     @property
     def backends(self) -> dict[str, Backend]:
         return self.router.backends
 
-    async def execute(self, command: Any) -> Any:
+    async def execute(self, command: Command[R]) -> R:
+        """Run ``command`` on its routed backend: its result, or a GatewayError."""
         handler = self._handlers.get(type(command))
         if handler is None:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"unknown command {command!r}")
@@ -171,7 +181,8 @@ class Core:
         name = snake_case(type(command).__name__)
         started = time.perf_counter()
         try:
-            return await handler(command)
+            # each row pairs a command type with a handler answering its R (handled_by)
+            return cast(R, await handler(command))
         except GatewayError as exc:
             BACKEND_ERRORS.labels(backend=backend, code=exc.code.value).inc()
             raise
@@ -412,7 +423,7 @@ class Core:
     async def _fetch_offset(self, cmd: FetchOffset) -> CommittedOffset:
         return await self.groups.fetch(cmd.group, cmd.topic, cmd.partition)
 
-    async def _join(self, cmd: JoinGroup) -> Any:
+    async def _join(self, cmd: JoinGroup) -> JoinGroupResult:
         return await self.groups.join(
             cmd.group,
             cmd.topics,
@@ -423,7 +434,7 @@ class Core:
             cmd.protocol,
         )
 
-    async def _sync(self, cmd: SyncGroup) -> Any:
+    async def _sync(self, cmd: SyncGroup) -> SyncGroupResult:
         return await self.groups.sync(
             cmd.group, cmd.member_id, cmd.generation, self._partition_count
         )
@@ -434,7 +445,7 @@ class Core:
     async def _leave(self, cmd: LeaveGroup) -> None:
         await self.groups.leave(cmd.group, cmd.member_id, self._partition_count)
 
-    async def _describe_group(self, cmd: DescribeGroup) -> Any:
+    async def _describe_group(self, cmd: DescribeGroup) -> GroupDescription:
         await self.groups.expire(cmd.group, self._partition_count)
         return self.groups.describe(cmd.group)
 
