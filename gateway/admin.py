@@ -523,10 +523,15 @@ async def _reset_offsets(core: Any, group: str, req: dict[str, Any]) -> list[dic
     topic, to = req.get("topic"), req.get("to")
     if not isinstance(topic, str):
         raise HttpError(400, "body needs a string 'topic'")
-    valid_text = isinstance(to, str) and (
-        to in ("earliest", "latest") or (to.startswith("timestamp:") and to[10:].isdigit())
-    )
-    if not (valid_text or (isinstance(to, int) and not isinstance(to, bool))):
+    if (
+        isinstance(to, bool)
+        or not isinstance(to, str | int)
+        or (
+            isinstance(to, str)
+            and to not in ("earliest", "latest")
+            and not (to.startswith("timestamp:") and to[10:].isdigit())
+        )
+    ):
         raise HttpError(400, "'to' is earliest, latest, an offset or timestamp:<us>")
     partitions = req.get("partitions")
     if partitions is not None and not (
@@ -631,7 +636,7 @@ async def _produce(core: Any, topic: str, req: dict[str, Any]) -> dict[str, Any]
             raise HttpError(400, "'partition' must be an integer")
         by_partition.setdefault(p, []).append(record_from_json(obj))
     await core.topic(topic, create=True)
-    appends = []
+    appends: list[dict[str, int]] = []
     for p, recs in by_partition.items():
         res = await core.execute(
             Produce(topic, RecordBatch(recs), partition=p, partitioning=Partitioning.KEY_HASH)

@@ -19,6 +19,7 @@ docs/decisions.md says why this and not prometheus-client's multiprocess mode.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -177,7 +178,7 @@ async def serve_peers(
     sock.listen(16)
     listener = trio.SocketListener(sock)
     task_status.started()
-    await trio.serve_listeners(lambda s: _answer_peer(server, peers, s), [listener])
+    await trio.serve_listeners(functools.partial(_answer_peer, server, peers), [listener])
 
 
 async def _answer_peer(server: Any, peers: Peers, stream: trio.abc.Stream) -> None:
@@ -318,7 +319,7 @@ def merge(parts: Iterable[tuple[str, bool]]) -> bytes:
     )
     workers.add_metric([], live)
     out.append(workers)
-    return generate_latest(_Families(out))  # type: ignore[arg-type]
+    return generate_latest(_Families(out))
 
 
 async def merged_status(server: Any, local: dict[str, Any]) -> dict[str, Any]:

@@ -267,8 +267,8 @@ class Core:
         await self._check_limits(True, self.default_partitions, self.default_partitions)
         try:
             return await backend.create_topic(name, self.default_partitions)
-        except GatewayError as exc:
-            if exc.code is ErrorCode.TOPIC_EXISTS:  # created concurrently
+        except GatewayError as err:
+            if err.code is ErrorCode.TOPIC_EXISTS:  # created concurrently
                 return await backend.topic(name)
             raise
         finally:

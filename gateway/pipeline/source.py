@@ -394,12 +394,12 @@ def _as_bytes(values: list[Any]) -> list[bytes | None]:
 
 
 def _headers(values: list[Any]) -> list[tuple[tuple[str, bytes], ...]]:
-    out = []
+    out: list[tuple[tuple[str, bytes], ...]] = []
     for h in values:
         if not h:
             out.append(())
             continue
-        pairs = []
+        pairs: list[tuple[str, bytes]] = []
         for item in h:
             if isinstance(item, dict):
                 k, v = item.get("key"), item.get("value")

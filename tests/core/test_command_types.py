@@ -48,6 +48,7 @@ def mypy(tmp_path: Path, source: str, monkeypatch: pytest.MonkeyPatch) -> tuple[
     monkeypatch.setenv("MYPYPATH", str(REPO))  # this checkout's gateway/, not an installed one
     out, err, status = api.run(
         [
+            f"--config-file={REPO / 'pyproject.toml'}",
             "--python-version=3.11",
             "--follow-imports=silent",
             f"--cache-dir={tmp_path / 'cache'}",

@@ -144,7 +144,7 @@ class NatsIngest:
         msg_subject: str,
         offset: int,
         received_ns: int,
-        error: int = 0,
+        error: pb.Ack.Error = pb.Ack.OK,
     ) -> None:
         subscription = self.subscriptions.get((stream, partition))
         base = subscription[0] if subscription else msg_subject
