@@ -33,6 +33,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.core.view import CoreView
 from gateway.model import GatewayError
 from gateway.observability import BACKEND_UP, READY, REGISTRY, WRITES_STOPPED
 
@@ -105,7 +106,7 @@ async def refresh(server: Any) -> None:
     LAG.rows = await _lag_rows(server.core)
 
 
-async def _lag_rows(core: Any) -> list[tuple[str, str, int, int]]:
+async def _lag_rows(core: CoreView) -> list[tuple[str, str, int, int]]:
     """Every committed offset's lag, at most MAX_LAG_SERIES of them, within LAG_TIMEOUT_S (a
     backend that hangs must not hang the scrape: the rows found by then are shown)."""
     rows: list[tuple[str, str, int, int]] = []
