@@ -188,7 +188,7 @@ async def _linger(stream: trio.abc.Stream) -> None:
             return
 
 
-async def _handshake(tls: trio.SSLStream, timeout_s: float) -> bool:
+async def _handshake(tls: trio.SSLStream[trio.SocketStream], timeout_s: float) -> bool:
     """The TLS handshake within ``timeout_s``; whether the client presented a certificate the
     client CA verified (a presented one that does not verify fails the handshake)."""
     try:

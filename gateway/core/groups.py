@@ -217,7 +217,7 @@ class GroupCoordinator:
         names.update(k.split("\x1f")[0] for k, _ in await self._scan(OFFSETS_NS))
         return sorted(names)
 
-    async def stored(self, name: str) -> dict | None:
+    async def stored(self, name: str) -> dict[str, Any] | None:
         """The snapshot of ``name`` last written by any gateway on the default backend."""
         try:
             raw = await self._default.kv_get(GROUPS_NS, name)
