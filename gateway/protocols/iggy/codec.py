@@ -29,19 +29,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from gateway.protocols.buffer import ReceiveBuffer
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
+
 # ------------------------------------------------------------------------------ errors
-
-
-class RemoteProtocolError(Exception):
-    """The peer sent bytes that do not decode. ``kind`` names the problem for metrics."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class LocalProtocolError(Exception):
-    """We tried to encode something the protocol cannot carry (a bug on our side)."""
 
 
 class ValidationError(Exception):
@@ -272,7 +263,7 @@ class Reader:
     def need(self, n: int) -> None:
         if self.pos + n > self.end:
             raise RemoteProtocolError(
-                "truncated", f"payload too short: need {n} bytes at {self.pos}, end {self.end}"
+                f"payload too short: need {n} bytes at {self.pos}, end {self.end}", "truncated"
             )
 
     def unpack(self, st: struct.Struct) -> tuple[Any, ...]:
@@ -313,12 +304,12 @@ class Reader:
         try:
             return raw.decode()
         except UnicodeDecodeError:
-            raise RemoteProtocolError("bad_utf8", f"text is not UTF-8: {raw!r}") from None
+            raise RemoteProtocolError(f"text is not UTF-8: {raw!r}", "bad_utf8") from None
 
     def done(self) -> None:
         if self.pos != self.end:
             raise RemoteProtocolError(
-                "trailing_bytes", f"{self.end - self.pos} unexpected bytes after the payload"
+                f"{self.end - self.pos} unexpected bytes after the payload", "trailing_bytes"
             )
 
 
@@ -339,19 +330,19 @@ def _read_identifier(r: Reader) -> Identifier:
     length = r.u8()
     if kind == 1:
         if length != 4:
-            raise RemoteProtocolError("bad_identifier", f"numeric identifier of length {length}")
+            raise RemoteProtocolError(f"numeric identifier of length {length}", "bad_identifier")
         return Identifier(r.u32())
     if kind == 2:
         if length == 0:
-            raise RemoteProtocolError("bad_identifier", "empty string identifier")
+            raise RemoteProtocolError("empty string identifier", "bad_identifier")
         return Identifier(r.text(length))
-    raise RemoteProtocolError("bad_identifier", f"unknown identifier kind {kind}")
+    raise RemoteProtocolError(f"unknown identifier kind {kind}", "bad_identifier")
 
 
 def _read_consumer_old(r: Reader) -> Consumer:
     kind = r.u8()
     if kind not in (1, 2):
-        raise RemoteProtocolError("bad_consumer", f"unknown consumer kind {kind}")
+        raise RemoteProtocolError(f"unknown consumer kind {kind}", "bad_consumer")
     return Consumer(kind, Identifier(r.u32()))
 
 
@@ -364,7 +355,7 @@ def _write_consumer_old(c: Consumer) -> bytes:
 def _read_consumer_v06(r: Reader) -> Consumer:
     kind = r.u8()
     if kind not in (1, 2):
-        raise RemoteProtocolError("bad_consumer", f"unknown consumer kind {kind}")
+        raise RemoteProtocolError(f"unknown consumer kind {kind}", "bad_consumer")
     return Consumer(kind, _read_identifier(r))
 
 
@@ -372,7 +363,7 @@ def _read_partitioning(r: Reader) -> Partitioning:
     kind = r.u8()
     length = r.u8()
     if kind not in (1, 2, 3):
-        raise RemoteProtocolError("bad_partitioning", f"unknown partitioning kind {kind}")
+        raise RemoteProtocolError(f"unknown partitioning kind {kind}", "bad_partitioning")
     return Partitioning(kind, r.take(length))
 
 
@@ -550,7 +541,7 @@ class PollMessages(Request):
         req = cls(**decode_fields(r, cls.layout(dialect)))
         r.done()
         if req.kind not in (1, 2, 3, 4, 5):
-            raise RemoteProtocolError("bad_polling_kind", f"unknown polling kind {req.kind}")
+            raise RemoteProtocolError(f"unknown polling kind {req.kind}", "bad_polling_kind")
         return req
 
     def validate(self, dialect: Dialect) -> None:
@@ -621,15 +612,15 @@ class SendMessages(Request):
             while pos < end:
                 hpos = pos + 16
                 if hpos + 4 > end:
-                    raise RemoteProtocolError("truncated", "message header cut short")
+                    raise RemoteProtocolError("message header cut short", "truncated")
                 (hlen,) = unpack_u32(buf, hpos)
                 ppos = hpos + 4 + hlen
                 if ppos + 4 > end:
-                    raise RemoteProtocolError("truncated", "message headers or length cut short")
+                    raise RemoteProtocolError("message headers or length cut short", "truncated")
                 (plen,) = unpack_u32(buf, ppos)
                 nxt = ppos + 4 + plen
                 if nxt > end:
-                    raise RemoteProtocolError("truncated", "message payload cut short")
+                    raise RemoteProtocolError("message payload cut short", "truncated")
                 append(
                     (
                         buf[pos:hpos],
@@ -924,7 +915,7 @@ def decode_request(code: int, payload: bytes | memoryview, dialect: Dialect) -> 
     for LOGIN_USER under a reference-only server, see ``ServerConnection``) or a bad payload."""
     cls = REQUESTS.get(code)
     if cls is None:
-        raise RemoteProtocolError("unknown_code", f"unknown command code {code}")
+        raise RemoteProtocolError(f"unknown command code {code}", "unknown_code")
     return cls.decode_payload(Reader(payload), dialect)
 
 
@@ -1293,7 +1284,7 @@ def decode_response_payload(code: int, payload: bytes | memoryview, dialect: Dia
         while r.remaining():
             out.append(GroupRecord(r.u32(), r.u32(), r.u32()))
     else:
-        raise RemoteProtocolError("unexpected_payload", f"command {code} answered with data")
+        raise RemoteProtocolError(f"command {code} answered with data", "unexpected_payload")
     r.done()
     return out
 
@@ -1352,38 +1343,6 @@ def encode_headers(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
 _FRAME_HEAD = struct.Struct("<II")
 
 
-class _Buffer:
-    """Accumulates bytes and cuts 8-byte-headed frames without copying more than once."""
-
-    __slots__ = ("data", "start")
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.start = 0
-
-    def feed(self, data: bytes) -> None:
-        if self.start and self.start == len(self.data):
-            self.data.clear()
-            self.start = 0
-        self.data += data
-
-    def available(self) -> int:
-        return len(self.data) - self.start
-
-    def head(self) -> tuple[int, int] | None:
-        if self.available() < 8:
-            return None
-        return _FRAME_HEAD.unpack_from(self.data, self.start)
-
-    def take(self, n: int) -> bytes:
-        out = bytes(self.data[self.start : self.start + n])
-        self.start += n
-        if self.start > 1 << 20 and self.start * 2 > len(self.data):
-            del self.data[: self.start]
-            self.start = 0
-        return out
-
-
 @dataclass(frozen=True, slots=True)
 class RawRequest:
     """A request frame whose payload is not decoded (``ServerConnection.next_frame``)."""
@@ -1403,30 +1362,35 @@ class ServerConnection:
         self.max_frame_bytes = max_frame_bytes
         self.accept_login = accept_login
         self.dialect = Dialect.OLD
-        self._buf = _Buffer()
+        self._buf = ReceiveBuffer()
         self.broken = False
 
     def receive_data(self, data: bytes) -> None:
         self._buf.feed(data)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet part of a returned frame."""
+        return len(self._buf)
+
     def next_frame(self) -> RawRequest | None:
         if self.broken:
-            raise RemoteProtocolError("broken", "connection already failed")
-        head = self._buf.head()
+            raise RemoteProtocolError("connection already failed", "broken")
+        head = self._buf.peek(_FRAME_HEAD)
         if head is None:
             return None
         length, code = head
         if length < 4:
             self.broken = True
-            raise RemoteProtocolError("bad_length", f"request length {length} < 4")
+            raise RemoteProtocolError(f"request length {length} < 4", "bad_length")
         if length + 4 > self.max_frame_bytes:
             self.broken = True
             raise RemoteProtocolError(
-                "oversized", f"request of {length} bytes over the {self.max_frame_bytes} limit"
+                f"request of {length} bytes over the {self.max_frame_bytes} limit", "oversized"
             )
-        if self._buf.available() < length + 4:
+        if len(self._buf) < length + 4:
             return None
-        self._buf.start += 8
+        self._buf.skip(8)
         payload = self._buf.take(length - 4)
         return RawRequest(code, payload)
 
@@ -1441,7 +1405,7 @@ class ServerConnection:
         try:
             if code == Code.LOGIN_USER:
                 if not self.accept_login:
-                    raise RemoteProtocolError("unknown_code", "LOGIN_USER in the old dialect")
+                    raise RemoteProtocolError("LOGIN_USER in the old dialect", "unknown_code")
                 self.dialect = Dialect.V06
             req = decode_request(code, frame.payload, self.dialect)
         except RemoteProtocolError:
@@ -1477,7 +1441,7 @@ class ClientConnection:
     """The client role: requests in, bytes out; bytes in, responses out (in request order)."""
 
     dialect: Dialect = Dialect.OLD
-    _buf: _Buffer = field(default_factory=_Buffer)
+    _buf: ReceiveBuffer = field(default_factory=ReceiveBuffer)
     _pending: list[int] = field(default_factory=list)
     max_frame_bytes: int = 100 << 20
 
@@ -1491,18 +1455,18 @@ class ClientConnection:
         self._buf.feed(data)
 
     def next_response(self) -> Response | None:
-        head = self._buf.head()
+        head = self._buf.peek(_FRAME_HEAD)
         if head is None:
             return None
         status, length = head
         if length > self.max_frame_bytes:
-            raise RemoteProtocolError("oversized", f"response of {length} bytes")
-        if self._buf.available() < length + 8:
+            raise RemoteProtocolError(f"response of {length} bytes", "oversized")
+        if len(self._buf) < length + 8:
             return None
         if not self._pending:
-            raise RemoteProtocolError("unexpected", "a response without a request")
+            raise RemoteProtocolError("a response without a request", "unexpected")
         code = self._pending.pop(0)
-        self._buf.start += 8
+        self._buf.skip(8)
         payload = self._buf.take(length)
         if status != 0:
             return Response(code, status)

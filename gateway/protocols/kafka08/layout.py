@@ -13,20 +13,9 @@ from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
+
 Buffer = bytes | bytearray | memoryview
-
-
-class RemoteProtocolError(Exception):
-    """The peer sent something that is not valid Kafka 0.8 (answer it or close, and count it).
-    ``kind`` is the metric label."""
-
-    def __init__(self, message: str, kind: str = "malformed") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class LocalProtocolError(Exception):
-    """We tried to encode something invalid: a bug on our side."""
 
 
 class Type:

@@ -15,6 +15,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.protocols.buffer import ReceiveBuffer
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 from gateway.protocols.tank.bundle import (
     BundleError,
     BundleInfo,
@@ -92,18 +94,6 @@ DP_OTHER_LEADER = 0xFC
 
 MAX_FETCH_SIZE = 64 << 20  # the broker caps a partition's fetch_size here
 TANK_VERSION = 400
-
-
-class RemoteProtocolError(Exception):
-    """The peer sent something malformed. ``kind`` names it for metrics."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class LocalProtocolError(Exception):
-    """We tried to send something the protocol cannot carry (a bug on our side)."""
 
 
 class _NeedData:
@@ -369,7 +359,7 @@ class _Reader:
         pos = self.pos
         if pos + n > self.end:
             raise RemoteProtocolError(
-                "truncated", f"{self.what}: needs {n} more bytes at {pos} of {self.end}"
+                f"{self.what}: needs {n} more bytes at {pos} of {self.end}", "truncated"
             )
         self.pos = pos + n
         return pos
@@ -400,7 +390,7 @@ class _Reader:
         try:
             value, self.pos = read_varint(self.buf, self.pos, self.end)
         except BundleError as exc:
-            raise RemoteProtocolError("bad_varint", f"{self.what}: {exc}") from None
+            raise RemoteProtocolError(f"{self.what}: {exc}", "bad_varint") from None
         return value
 
     @property
@@ -410,7 +400,7 @@ class _Reader:
     def done(self) -> None:
         if self.pos != self.end:
             raise RemoteProtocolError(
-                "trailing_bytes", f"{self.what}: {self.end - self.pos} bytes after the message"
+                f"{self.what}: {self.end - self.pos} bytes after the message", "trailing_bytes"
             )
 
 
@@ -459,7 +449,7 @@ def decode_request(msg_id: int, payload: bytes) -> Request:
         ids = None
         if r.remaining:
             if r.remaining % 2:
-                raise RemoteProtocolError("truncated", "discover_partitions: odd partition list")
+                raise RemoteProtocolError("discover_partitions: odd partition list", "truncated")
             ids = [r.u16() for _ in range(r.remaining // 2)]
         req = DiscoverPartitionsRequest(request_id, topic, ids)
     elif msg_id == MsgId.CREATE_TOPIC:
@@ -479,7 +469,7 @@ def decode_request(msg_id: int, payload: bytes) -> Request:
         request_id = r.u32()
         req = DiscoverTopologyRequest(request_id, r.u8() if r.remaining else 0)
     else:
-        raise RemoteProtocolError("unknown_msg", f"unknown message id {msg_id:#04x}")
+        raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
     r.done()
     return req
 
@@ -501,15 +491,15 @@ def _decode_produce(payload: bytes, with_seqnum: bool) -> ProduceRequest:
             base = r.u64() if with_seqnum else 0
             if blen > r.remaining:
                 raise RemoteProtocolError(
-                    "bundle_too_long",
                     f"produce: bundle of {blen} bytes but {r.remaining} left in the frame",
+                    "bundle_too_long",
                 )
             bundle = r.raw(blen)
             try:
                 info = scan_bundle(bundle)
             except BundleError as exc:
                 raise RemoteProtocolError(
-                    "bad_bundle", f"produce {name}/{partition}: {exc}"
+                    f"produce {name}/{partition}: {exc}", "bad_bundle"
                 ) from None
             parts.append(ProducePartition(partition, bundle, base, info))
         topics.append(ProduceTopic(name, parts))
@@ -745,7 +735,7 @@ def decode_response(msg_id: int, payload: bytes, request: Request | None = None)
         rest = r.raw(r.remaining)
         resp = DiscoverTopologyResponse(request_id, None if rest == b"\xff\xff" else rest)
     else:
-        raise RemoteProtocolError("unknown_msg", f"unknown message id {msg_id:#04x}")
+        raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
     r.done()
     return resp
 
@@ -755,7 +745,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
     header_len = r.u32()
     chunk_pos = 4 + header_len
     if chunk_pos > len(payload):
-        raise RemoteProtocolError("truncated", "consume response: header longer than the frame")
+        raise RemoteProtocolError("consume response: header longer than the frame", "truncated")
     h = _Reader(payload[:chunk_pos], "consume response header")
     h.pos = 4
     request_id = h.u32()
@@ -778,7 +768,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
                 p.hwmark = h.u64()
                 clen = h.u32()
                 if chunk_pos + clen > len(payload):
-                    raise RemoteProtocolError("truncated", "consume response: chunk past the end")
+                    raise RemoteProtocolError("consume response: chunk past the end", "truncated")
                 p.chunk = payload[chunk_pos : chunk_pos + clen]
                 chunk_pos += clen
             elif err == C_BOUNDARY:
@@ -811,7 +801,7 @@ def decode_chunk(chunk: bytes | memoryview, base_seq: int) -> list[TankMessage]:
         try:
             header, msgs = decode_bundle(chunk, body, body + blen, seq)
         except BundleError as exc:
-            raise RemoteProtocolError("bad_bundle", f"consume chunk: {exc}") from None
+            raise RemoteProtocolError(f"consume chunk: {exc}", "bad_bundle") from None
         out.extend(msgs)
         seq = (header.last_seq if header.sparse else seq + header.count - 1) + 1
         pos = body + blen
@@ -835,11 +825,11 @@ class TankConnection:
 
     role: Role = Role.SERVER
     max_frame_bytes: int = DEFAULT_MAX_FRAME
-    _buf: bytearray = field(default_factory=bytearray)
+    _buf: ReceiveBuffer = field(default_factory=ReceiveBuffer)
     _produce: dict[int, ProduceRequest] = field(default_factory=dict)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf += data
+        self._buf.feed(data)
 
     @property
     def buffered(self) -> int:
@@ -848,20 +838,24 @@ class TankConnection:
     def next_frame(self) -> tuple[int, bytes] | None:
         """The next whole frame as (msg_id, payload), or None when more bytes are needed."""
         buf = self._buf
-        if len(buf) < 5:
+        if len(buf.data) - buf.pos < 5:
             return None
-        msg_id, size = FRAME.unpack_from(buf, 0)
+        msg_id, size = FRAME.unpack_from(buf.data, buf.pos)
         if self.role is Role.SERVER and msg_id not in SERVER_MSG_IDS:
-            raise RemoteProtocolError("unknown_msg", f"unknown message id {msg_id:#04x}")
+            raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
         if size > self.max_frame_bytes:
             raise RemoteProtocolError(
-                "frame_too_large", f"frame of {size} bytes exceeds {self.max_frame_bytes}"
+                f"frame of {size} bytes exceeds {self.max_frame_bytes}", "frame_too_large"
             )
-        if len(buf) < 5 + size:
+        if len(buf.data) - buf.pos < 5 + size:
             return None
-        payload = bytes(buf[5 : 5 + size])
-        del buf[: 5 + size]
-        return msg_id, payload
+        buf.skip(5)
+        return msg_id, buf.take(size)
+
+    def next_request(self) -> Any:
+        """:meth:`next_event` with None instead of NEED_DATA (the connection driver's framing)."""
+        event = self.next_event()
+        return None if event is NEED_DATA else event
 
     def next_event(self) -> Any:
         got = self.next_frame()
