@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import structlog
 import trio
@@ -65,7 +65,9 @@ from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY, labelled, lim
 log = structlog.get_logger("gateway.core")
 
 R = TypeVar("R")
-_Handler = Callable[[Any], Awaitable[object]]
+_Handler = Callable[[Any], Awaitable[Any]]
+"""A row of the handler table; ``Command.handled_by`` checked the row when the table was built,
+so ``execute`` returns its result as the command's ``R`` with no cast on the hot path."""
 
 
 class CreationRate:
@@ -181,8 +183,7 @@ class Core:
         name = snake_case(type(command).__name__)
         started = time.perf_counter()
         try:
-            # each row pairs a command type with a handler answering its R (handled_by)
-            return cast(R, await handler(command))
+            return await handler(command)
         except GatewayError as exc:
             BACKEND_ERRORS.labels(backend=backend, code=exc.code.value).inc()
             raise
