@@ -59,4 +59,4 @@ soak: $(STAMP) deps
 	  $(BIN)/python -m pytest -q tests/reliability/test_soak.py tests/reliability/test_crash_safety.py
 
 clean:
-	rm -rf $(VENV) .test-venvs data .pytest_cache
+	rm -rf $(VENV) .test-venvs data .pytest_cache .mypy_cache
