@@ -170,7 +170,7 @@ class NatsIngest:
             log.warning("liftbridge_nats_ack_failed", inbox=env.ackInbox, error=exc.message)
 
 
-async def run_ingest(core: CoreView, listener: Any) -> None:
+async def run_ingest(core: Any, listener: Any) -> None:
     """The listener's background task: NATS ingestion when ``nats`` is configured."""
     url = getattr(listener, "nats", "")
     if not url:
