@@ -39,13 +39,10 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
-
-if TYPE_CHECKING:  # annotations only (Command.handled_by)
-    from collections.abc import Awaitable
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 RESERVED_HEADER_PREFIX = "_gw."
 """Header names starting with this carry protocol-only fields (e.g. ``_gw.iggy.id``)."""
