@@ -337,6 +337,208 @@ class PartitionInfo:
     high_watermark: int
 
 
+# ------------------------------------------------------------------------------- commands
+
+
+R = TypeVar("R")
+"""A command's result type."""
+_C = TypeVar("_C", bound="Command[Any]")
+
+
+class Command(Generic[R]):
+    """A request to the core, generic in what it answers: ``Core.execute(Produce(...))`` is a
+    :class:`ProduceResult` to the type checker. Every command is a frozen, slotted dataclass;
+    this base adds no fields and no per-instance cost (empty ``__slots__``, no ``__init__``).
+    Results defined below the commands are named in quotes."""
+
+    __slots__ = ()
+
+    @classmethod
+    def handled_by(
+        cls: type[_C], handler: Callable[[_C], Awaitable[R]]
+    ) -> tuple[type[_C], Callable[[_C], Awaitable[R]]]:
+        """A row of a dispatch table (the core's): the type checker holds ``handler`` to this
+        command type and to its result type ``R``."""
+        return cls, handler
+
+
+class Acks(enum.IntEnum):
+    NONE = 0
+    LEADER = 1
+    ALL = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic(Command[TopicInfo]):
+    topic: str
+    partitions: int | None = None  # None: the server's default_partitions
+    config: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic(Command[None]):
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListTopics(Command[list[TopicInfo]]):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeTopic(Command["TopicDescription"]):
+    """Result: :class:`TopicDescription`. With ``create=True`` an unknown topic is created when
+    the server's ``auto_create_topics`` is on (Kafka 0.8 Metadata semantics)."""
+
+    topic: str
+    create: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitions(Command[TopicInfo]):
+    """Add ``count`` partitions at the end."""
+
+    topic: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePartitions(Command[TopicInfo]):
+    """Remove the last ``count`` partitions."""
+
+    topic: str
+    count: int
+
+
+class Partitioning(enum.Enum):
+    EXPLICIT = "explicit"
+    KEY_HASH = "key_hash"
+    ROUND_ROBIN = "round_robin"
+
+
+@dataclass(frozen=True, slots=True)
+class Produce(Command["ProduceResult"]):
+    """Append ``batch`` to ``topic``. With ``partition=None`` the records are spread by key hash
+    (records without a key round-robin) or round-robin, per ``partitioning``. ``producer_id`` and
+    ``sequence`` (the first record's sequence) enable idempotent de-duplication.
+
+    ``expected_offset`` makes the append conditional: it happens only if the partition's next
+    offset is exactly this, so the first record gets it; otherwise it fails with
+    ``ErrorCode.OFFSET_MISMATCH`` and appends nothing. The check and the append are one step
+    (mirroring tools name the offsets their records must get: TANK ProduceWithSeqnum); it needs
+    an explicit ``partition``. Where a backend's storage has no conditional append (Kafka,
+    upstream servers) the gateway serializes its own writers to the partition around the check,
+    but writers outside this gateway can still slip in between (docs/decisions.md 2026-11-25)."""
+
+    topic: str
+    batch: RecordBatch
+    partition: int | None = None
+    partitioning: Partitioning = Partitioning.EXPLICIT
+    acks: Acks = Acks.ALL
+    producer_id: int | str | None = None  # str: protocols with textual ids (Cursus)
+    producer_epoch: int = 0
+    sequence: int | None = None
+    timeout_ms: int = 30_000
+    expected_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch(Command["FetchResult"]):
+    """Read from ``offset``. At the log end, wait up to ``max_wait_ms`` for ``min_bytes``.
+    ``max_bytes`` is a soft limit: at least one batch is returned when data exists. Returned
+    batches are windows starting exactly at ``offset``."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_records: int = 1_000_000
+    max_bytes: int = 1 << 20
+    max_wait_ms: int = 0
+    min_bytes: int = 1
+
+
+class OffsetSpec(enum.IntEnum):
+    LATEST = -1
+    EARLIEST = -2
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsets(Command["ListOffsetsResult"]):
+    """``timestamp_us`` is an :class:`OffsetSpec` value or a time: the first offset whose
+    timestamp is >= it (the high watermark when none is)."""
+
+    topic: str
+    partition: int
+    timestamp_us: int = OffsetSpec.LATEST
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOffset(Command[None]):
+    group: str
+    topic: str
+    partition: int
+    offset: int  # the next offset to read
+    metadata: str = ""
+    generation: int = -1  # -1: a simple (non-member) commit
+    member_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOffset(Command["CommittedOffset"]):
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroup(Command["JoinGroupResult"]):
+    group: str
+    topics: tuple[str, ...]
+    member_id: str = ""  # empty: a new member
+    session_timeout_ms: int = 30_000
+    protocol: str = ""
+    """The assignment the member asks for: "range", "sticky", or "" (the server's
+    ``group_assignment``)."""
+    create_member: bool = False
+    """True: an unknown ``member_id`` joins as a new member under that id (Cursus picks member
+    ids itself) instead of failing with UNKNOWN_MEMBER."""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroup(Command["SyncGroupResult"]):
+    group: str
+    member_id: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Command[None]):
+    group: str
+    member_id: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroup(Command[None]):
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroup(Command["GroupDescription"]):
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stats(Command["StatsResult"]):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(Command[float]):
+    pass
+
+
 # -------------------------------------------------------------------------------- results
 
 
@@ -439,207 +641,6 @@ class StatsResult:
     partitions: int
     records: int
     extra: dict[str, int] = field(default_factory=dict)
-
-
-# ------------------------------------------------------------------------------- commands
-
-
-R = TypeVar("R")
-"""A command's result type."""
-_C = TypeVar("_C", bound="Command[Any]")
-
-
-class Command(Generic[R]):
-    """A request to the core, generic in what it answers: ``Core.execute(Produce(...))`` is a
-    :class:`ProduceResult` to the type checker. Every command is a frozen, slotted dataclass;
-    this base adds no fields and no per-instance cost (empty ``__slots__``, no ``__init__``)."""
-
-    __slots__ = ()
-
-    @classmethod
-    def handled_by(
-        cls: type[_C], handler: Callable[[_C], Awaitable[R]]
-    ) -> tuple[type[_C], Callable[[_C], Awaitable[R]]]:
-        """A row of a dispatch table (the core's): the type checker holds ``handler`` to this
-        command type and to its result type ``R``."""
-        return cls, handler
-
-
-class Acks(enum.IntEnum):
-    NONE = 0
-    LEADER = 1
-    ALL = -1
-
-
-@dataclass(frozen=True, slots=True)
-class CreateTopic(Command[TopicInfo]):
-    topic: str
-    partitions: int | None = None  # None: the server's default_partitions
-    config: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteTopic(Command[None]):
-    topic: str
-
-
-@dataclass(frozen=True, slots=True)
-class ListTopics(Command[list[TopicInfo]]):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class DescribeTopic(Command[TopicDescription]):
-    """Result: :class:`TopicDescription`. With ``create=True`` an unknown topic is created when
-    the server's ``auto_create_topics`` is on (Kafka 0.8 Metadata semantics)."""
-
-    topic: str
-    create: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CreatePartitions(Command[TopicInfo]):
-    """Add ``count`` partitions at the end."""
-
-    topic: str
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeletePartitions(Command[TopicInfo]):
-    """Remove the last ``count`` partitions."""
-
-    topic: str
-    count: int
-
-
-class Partitioning(enum.Enum):
-    EXPLICIT = "explicit"
-    KEY_HASH = "key_hash"
-    ROUND_ROBIN = "round_robin"
-
-
-@dataclass(frozen=True, slots=True)
-class Produce(Command[ProduceResult]):
-    """Append ``batch`` to ``topic``. With ``partition=None`` the records are spread by key hash
-    (records without a key round-robin) or round-robin, per ``partitioning``. ``producer_id`` and
-    ``sequence`` (the first record's sequence) enable idempotent de-duplication.
-
-    ``expected_offset`` makes the append conditional: it happens only if the partition's next
-    offset is exactly this, so the first record gets it; otherwise it fails with
-    ``ErrorCode.OFFSET_MISMATCH`` and appends nothing. The check and the append are one step
-    (mirroring tools name the offsets their records must get: TANK ProduceWithSeqnum); it needs
-    an explicit ``partition``. Where a backend's storage has no conditional append (Kafka,
-    upstream servers) the gateway serializes its own writers to the partition around the check,
-    but writers outside this gateway can still slip in between (docs/decisions.md 2026-11-25)."""
-
-    topic: str
-    batch: RecordBatch
-    partition: int | None = None
-    partitioning: Partitioning = Partitioning.EXPLICIT
-    acks: Acks = Acks.ALL
-    producer_id: int | str | None = None  # str: protocols with textual ids (Cursus)
-    producer_epoch: int = 0
-    sequence: int | None = None
-    timeout_ms: int = 30_000
-    expected_offset: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Fetch(Command[FetchResult]):
-    """Read from ``offset``. At the log end, wait up to ``max_wait_ms`` for ``min_bytes``.
-    ``max_bytes`` is a soft limit: at least one batch is returned when data exists. Returned
-    batches are windows starting exactly at ``offset``."""
-
-    topic: str
-    partition: int
-    offset: int
-    max_records: int = 1_000_000
-    max_bytes: int = 1 << 20
-    max_wait_ms: int = 0
-    min_bytes: int = 1
-
-
-class OffsetSpec(enum.IntEnum):
-    LATEST = -1
-    EARLIEST = -2
-
-
-@dataclass(frozen=True, slots=True)
-class ListOffsets(Command[ListOffsetsResult]):
-    """``timestamp_us`` is an :class:`OffsetSpec` value or a time: the first offset whose
-    timestamp is >= it (the high watermark when none is)."""
-
-    topic: str
-    partition: int
-    timestamp_us: int = OffsetSpec.LATEST
-
-
-@dataclass(frozen=True, slots=True)
-class CommitOffset(Command[None]):
-    group: str
-    topic: str
-    partition: int
-    offset: int  # the next offset to read
-    metadata: str = ""
-    generation: int = -1  # -1: a simple (non-member) commit
-    member_id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class FetchOffset(Command[CommittedOffset]):
-    group: str
-    topic: str
-    partition: int
-
-
-@dataclass(frozen=True, slots=True)
-class JoinGroup(Command[JoinGroupResult]):
-    group: str
-    topics: tuple[str, ...]
-    member_id: str = ""  # empty: a new member
-    session_timeout_ms: int = 30_000
-    protocol: str = ""
-    """The assignment the member asks for: "range", "sticky", or "" (the server's
-    ``group_assignment``)."""
-    create_member: bool = False
-    """True: an unknown ``member_id`` joins as a new member under that id (Cursus picks member
-    ids itself) instead of failing with UNKNOWN_MEMBER."""
-
-
-@dataclass(frozen=True, slots=True)
-class SyncGroup(Command[SyncGroupResult]):
-    group: str
-    member_id: str
-    generation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat(Command[None]):
-    group: str
-    member_id: str
-    generation: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaveGroup(Command[None]):
-    group: str
-    member_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class DescribeGroup(Command[GroupDescription]):
-    group: str
-
-
-@dataclass(frozen=True, slots=True)
-class Stats(Command[StatsResult]):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Ping(Command[float]):
-    pass
 
 
 APPEND_SENT: ContextVar[Callable[[], None] | None] = ContextVar("append_sent", default=None)
