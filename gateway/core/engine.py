@@ -38,10 +38,8 @@ from gateway.model import (
     FetchOffset,
     FetchResult,
     GatewayError,
-    GroupDescription,
     Heartbeat,
     JoinGroup,
-    JoinGroupResult,
     LeaveGroup,
     ListOffsets,
     ListOffsetsResult,
@@ -56,7 +54,6 @@ from gateway.model import (
     Stats,
     StatsResult,
     SyncGroup,
-    SyncGroupResult,
     TopicDescription,
     TopicInfo,
 )
@@ -424,7 +421,7 @@ class Core:
     async def _fetch_offset(self, cmd: FetchOffset) -> CommittedOffset:
         return await self.groups.fetch(cmd.group, cmd.topic, cmd.partition)
 
-    async def _join(self, cmd: JoinGroup) -> JoinGroupResult:
+    async def _join(self, cmd: JoinGroup) -> Any:
         return await self.groups.join(
             cmd.group,
             cmd.topics,
@@ -435,7 +432,7 @@ class Core:
             cmd.protocol,
         )
 
-    async def _sync(self, cmd: SyncGroup) -> SyncGroupResult:
+    async def _sync(self, cmd: SyncGroup) -> Any:
         return await self.groups.sync(
             cmd.group, cmd.member_id, cmd.generation, self._partition_count
         )
@@ -446,7 +443,7 @@ class Core:
     async def _leave(self, cmd: LeaveGroup) -> None:
         await self.groups.leave(cmd.group, cmd.member_id, self._partition_count)
 
-    async def _describe_group(self, cmd: DescribeGroup) -> GroupDescription:
+    async def _describe_group(self, cmd: DescribeGroup) -> Any:
         await self.groups.expire(cmd.group, self._partition_count)
         return self.groups.describe(cmd.group)
 
