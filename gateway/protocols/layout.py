@@ -387,6 +387,10 @@ class Layout(Type):
                 t.write(v, out)  # type: ignore[union-attr]
             return
         if self._by_name:
+            if not self._general:
+                for n, t in self.fields:
+                    t.write(getattr(value, n), out)  # type: ignore[union-attr]
+                return
             values = {n: getattr(value, n) for n in self.names}
         else:
             if len(value) != len(self.types):
