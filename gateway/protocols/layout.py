@@ -47,6 +47,8 @@ tests prove they produce the same bytes and values.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import struct
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -148,17 +150,22 @@ def _need(wire: Wire, buf: Buffer, pos: int, n: int, what: str) -> None:
 class Blob(Type):
     """``length`` then that many bytes. ``nullable``: length -1 is None."""
 
-    __slots__ = ("length", "nullable", "what", "_pack", "_null")
+    __slots__ = ("length", "nullable", "what", "_pack", "_unpack", "_null")
 
     def __init__(self, length: Fixed, nullable: bool = False, what: str = "bytes") -> None:
         self.length = length
         self.nullable = nullable
         self.what = what
         self._pack = length.st.pack
+        self._unpack = length.st.unpack_from
         self._null = length.st.pack(-1) if nullable else b""
 
     def read(self, buf: Buffer, pos: int) -> tuple[bytes | None, int]:
-        n, pos = self.length.read(buf, pos)
+        size = self.length.size
+        if pos + size > len(buf):
+            raise self.length.wire.short(f"{self.what} length", pos, size, len(buf))
+        (n,) = self._unpack(buf, pos)
+        pos += size
         if n < 0:
             if n == -1 and self.nullable:
                 return None, pos
@@ -181,7 +188,16 @@ class Text(Type):
     """``length`` then that much UTF-8. ``nullable``: length -1 is None. ``errors`` is the
     decoding error handler; with ``"strict"`` bad UTF-8 is a remote error of ``bad_utf8_kind``."""
 
-    __slots__ = ("length", "nullable", "errors", "bad_utf8_kind", "_pack", "_null", "_max")
+    __slots__ = (
+        "length",
+        "nullable",
+        "errors",
+        "bad_utf8_kind",
+        "_pack",
+        "_unpack",
+        "_null",
+        "_max",
+    )
 
     def __init__(
         self,
@@ -195,13 +211,18 @@ class Text(Type):
         self.errors = errors
         self.bad_utf8_kind = bad_utf8_kind
         self._pack = length.st.pack
+        self._unpack = length.st.unpack_from
         self._null = length.st.pack(-1) if nullable else b""
         self._max = length.max
         if errors == "strict":
             self.errors = ""  # the default handler, without passing it (faster)
 
     def read(self, buf: Buffer, pos: int) -> tuple[str | None, int]:
-        n, pos = self.length.read(buf, pos)
+        size = self.length.size
+        if pos + size > len(buf):
+            raise self.length.wire.short("string length", pos, size, len(buf))
+        (n,) = self._unpack(buf, pos)
+        pos += size
         if n < 0:
             if n == -1 and self.nullable:
                 return None, pos
@@ -229,15 +250,20 @@ class Text(Type):
 class Array(Type):
     """``count`` then that many ``item``s. A negative count reads as empty."""
 
-    __slots__ = ("item", "count", "_pack")
+    __slots__ = ("item", "count", "_pack", "_unpack")
 
     def __init__(self, item: Type, count: Fixed) -> None:
         self.item = item
         self.count = count
         self._pack = count.st.pack
+        self._unpack = count.st.unpack_from
 
     def read(self, buf: Buffer, pos: int) -> tuple[list[Any], int]:
-        n, pos = self.count.read(buf, pos)
+        size = self.count.size
+        if pos + size > len(buf):
+            raise self.count.wire.short("array count", pos, size, len(buf))
+        (n,) = self._unpack(buf, pos)
+        pos += size
         out = []
         read = self.item.read
         for _ in range(max(0, n)):
@@ -314,20 +340,16 @@ class Layout(Type):
 
     Without ``cls`` the values decode into a namedtuple made for the layout (``layout.cls``;
     calling the layout builds one) and encode from any sequence in field order. With ``cls``
-    they decode into ``cls(**fields)`` and encode from the object's attributes. Fields listed
-    in ``defaults`` (name -> value) may be left out when calling the layout."""
+    they decode into an instance of ``cls`` (fields passed by name) and encode from the object's
+    attributes. Fields listed in ``defaults`` (name -> value) may be left out when calling the
+    layout.
 
-    __slots__ = (
-        "name",
-        "fields",
-        "names",
-        "types",
-        "cls",
-        "wire",
-        "_by_name",
-        "_general",
-        "_plain",
-    )
+    ``read`` and ``write`` are generated for each layout when it is declared (as
+    :func:`collections.namedtuple` generates its class): straight-line code with consecutive
+    fixed-size numbers read by one ``struct`` call and the object built positionally, as fast
+    as a hand-written decoder. The methods of the class are the plain interpreted version the
+    generated code must agree with (``tests/protocols/test_layout.py`` compares them).
+    """
 
     def __init__(
         self,
@@ -342,9 +364,10 @@ class Layout(Type):
         self.fields = tuple(fields)
         self.names = tuple(n for n, _ in self.fields)
         self.types = tuple(t for _, t in self.fields)
+        for n in self.names:
+            if not n.isidentifier() or n.startswith("_"):
+                raise ValueError(f"{name}: field name {n!r} must be a public identifier")
         self._by_name = cls is not None
-        self._general = any(isinstance(t, When) for t in self.types)
-        self._plain = not (self._by_name or self._general)
         if cls is None:
             defaults = defaults or {}
             trailing = []
@@ -354,19 +377,10 @@ class Layout(Type):
                 trailing.insert(0, defaults[n])
             cls = namedtuple(name, self.names, defaults=trailing or None)  # type: ignore[misc]
         self.cls = cls
+        self.read, self.write = _compile(self)  # type: ignore[method-assign]
 
+    # the interpreted reference; instances use the generated ``read`` / ``write``
     def read(self, buf: Buffer, pos: int) -> tuple[Any, int]:
-        if self._general:
-            return self._read_general(buf, pos)
-        values = []
-        for t in self.types:
-            v, pos = t.read(buf, pos)  # type: ignore[union-attr]
-            values.append(v)
-        if self._plain:
-            return self.cls(*values), pos
-        return self.cls(**dict(zip(self.names, values, strict=True))), pos
-
-    def _read_general(self, buf: Buffer, pos: int) -> tuple[Any, int]:
         values: dict[str, Any] = {}
         for n, t in self.fields:
             if isinstance(t, When):
@@ -380,17 +394,7 @@ class Layout(Type):
         return self.cls(*values.values()), pos
 
     def write(self, value: Any, out: list[Buffer]) -> None:
-        if self._plain:
-            if len(value) != len(self.types):
-                raise self.wire.local(f"{self.name}: expected {len(self.types)} fields")
-            for t, v in zip(self.types, value, strict=True):
-                t.write(v, out)  # type: ignore[union-attr]
-            return
         if self._by_name:
-            if not self._general:
-                for n, t in self.fields:
-                    t.write(getattr(value, n), out)  # type: ignore[union-attr]
-                return
             values = {n: getattr(value, n) for n in self.names}
         else:
             if len(value) != len(self.types):
@@ -420,6 +424,126 @@ class Layout(Type):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.cls(*args, **kwargs)
+
+
+_SIMPLE_DEFAULTS = (int, float, str, bytes, bool, type(None), tuple, frozenset)
+
+
+def _call(cls: Any, names: Sequence[str], ns: dict[str, Any]) -> str:
+    """The expression building ``cls`` from locals ``v0``, ``v1``... (the fields in wire
+    order): positional in the order ``cls``'s signature wants, skipped parameters filled with
+    their (immutable) defaults, keywords only where it must (a keyword call to a slotted
+    dataclass costs four times a positional one). ``cls`` may be a ``functools.partial`` of a
+    class with keyword arguments only."""
+    index = {n: i for i, n in enumerate(names)}
+    target, fixed = cls, {}
+    if isinstance(cls, functools.partial) and not cls.args:
+        target, fixed = cls.func, dict(cls.keywords)
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    ns["CLS"] = target
+    args: list[str] = []
+    wanted = set(index) | set(fixed)
+    by_keyword = not params
+    for p in params:
+        if not wanted:
+            break
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            by_keyword = True
+        if p.name in index:
+            expr = f"v{index[p.name]}"
+        elif p.name in fixed:
+            expr = f"K_{p.name}"
+            ns[expr] = fixed[p.name]
+        elif not by_keyword and isinstance(p.default, _SIMPLE_DEFAULTS):
+            expr = f"K_{p.name}"
+            ns[expr] = p.default
+        else:
+            by_keyword = True
+            continue
+        wanted.discard(p.name)
+        args.append(f"{p.name}={expr}" if by_keyword else expr)
+    for n in sorted(wanted):
+        if n in fixed:
+            ns[f"K_{n}"] = fixed[n]
+        args.append(f"{n}=v{index[n]}" if n in index else f"{n}=K_{n}")
+    return f"CLS({', '.join(args)})"
+
+
+def _compile(lay: Layout) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """Generate ``read(buf, pos)`` and ``write(value, out)`` for ``lay``."""
+    ns: dict[str, Any] = {"WIRE": lay.wire, "struct_error": struct.error}
+    if lay._by_name:
+        build = _call(lay.cls, lay.names, ns)
+        get = [f"value.{n}" for n in lay.names]
+    else:
+        ns["CLS"] = lay.cls
+        build = f"CLS({', '.join(f'v{i}' for i in range(len(lay.names)))})"
+        get = [f"value[{i}]" for i in range(len(lay.names))]
+    read = ["def read(buf, pos):", "    end = len(buf)"]
+    write = ["def write(value, out):"]
+    if not lay._by_name:
+        n = len(lay.names)
+        write += [
+            f"    if len(value) != {n}:",
+            f"        raise WIRE.local({lay.name!r} + ': expected {n} fields')",
+        ]
+
+    def seen(upto: int) -> str:
+        return "{" + ", ".join(f"{lay.names[k]!r}: v{k}" for k in range(upto)) + "}"
+
+    def seen_w(upto: int) -> str:
+        return "{" + ", ".join(f"{lay.names[k]!r}: {get[k]}" for k in range(upto)) + "}"
+
+    i = 0
+    fields = lay.fields
+    while i < len(fields):
+        j = i
+        while j < len(fields) and type(fields[j][1]) is Fixed:
+            j += 1
+        if j > i:  # fixed-size numbers i..j-1: one struct
+            code = lay.wire.order + "".join(t.st.format[1:] for _, t in fields[i:j])  # type: ignore[union-attr]
+            st = struct.Struct(code)
+            ns[f"S{i}"] = st
+            targets = "".join(f"v{k}, " for k in range(i, j))
+            what = "/".join(lay.names[i:j])
+            read += [
+                f"    if pos + {st.size} > end:",
+                f"        raise WIRE.short({lay.name + ' ' + what!r}, pos, {st.size}, end)",
+                f"    {targets}= S{i}.unpack_from(buf, pos)",
+                f"    pos += {st.size}",
+            ]
+            write += [
+                "    try:",
+                f"        out.append(S{i}.pack({', '.join(get[i:j])}))",
+                "    except struct_error as exc:",
+                f"        raise WIRE.local({lay.name + ' ' + what + ': '!r} + str(exc)) from None",
+            ]
+            i = j
+            continue
+        t = fields[i][1]
+        if isinstance(t, When):
+            ns[f"C{i}"], ns[f"T{i}"], ns[f"D{i}"] = t.cond, t.item, t.default
+            read += [
+                f"    if C{i}({seen(i)}):",
+                f"        v{i}, pos = T{i}.read(buf, pos)",
+                "    else:",
+                f"        v{i} = D{i}",
+            ]
+            write += [f"    if C{i}({seen_w(i)}):", f"        T{i}.write({get[i]}, out)"]
+        else:
+            ns[f"T{i}"] = t
+            read.append(f"    v{i}, pos = T{i}.read(buf, pos)")
+            write.append(f"    T{i}.write({get[i]}, out)")
+        i += 1
+    read.append(f"    return {build}, pos")
+    if len(write) == 1:
+        write.append("    pass")
+    exec("\n".join(read), ns)  # noqa: S102 - source built from checked field names
+    exec("\n".join(write), ns)  # noqa: S102
+    return ns["read"], ns["write"]
 
 
 _NO_WIRE = Wire(">", lambda kind, message: ValueError(message), ValueError)

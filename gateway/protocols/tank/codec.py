@@ -175,17 +175,20 @@ class PartitionBundle(engine.Type):
         self.with_seqnum = with_seqnum
 
     def read(self, buf: Buffer, pos: int) -> tuple[ProducePartition, int]:
-        partition, pos = UINT16.read(buf, pos)
-        blen, pos = _read_varint(buf, pos)
+        end = len(buf)
+        if pos + 2 > end:
+            raise WIRE.short("produce partition", pos, 2, end)
+        (partition,) = U16.unpack_from(buf, pos)
+        blen, pos = _read_varint(buf, pos + 2)
         base = 0
         if self.with_seqnum:
             base, pos = UINT64.read(buf, pos)
-        if blen > len(buf) - pos:
+        if blen > end - pos:
             raise RemoteProtocolError(
                 "bundle_too_long",
-                f"produce: bundle of {blen} bytes but {len(buf) - pos} left in the frame",
+                f"produce: bundle of {blen} bytes but {end - pos} left in the frame",
             )
-        bundle = bytes(buf[pos : pos + blen])
+        bundle = buf[pos : pos + blen]
         try:
             info = scan_bundle(bundle)
         except BundleError as exc:
