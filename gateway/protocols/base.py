@@ -1,7 +1,13 @@
-"""What a protocol gives the server: its listener config and a per-connection handler."""
+"""What a protocol gives the server: its listener config and a per-connection handler.
+
+Importing this module (and so a protocol package's ``__init__`` and its codec) imports neither
+trio nor prometheus_client: a protocol names its session's module with :func:`lazy`, imported
+when the first connection (or listener task) needs it.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import weakref
 from collections.abc import Awaitable, Callable
@@ -9,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import structlog
-import trio
 
 if TYPE_CHECKING:
+    import trio
+
     from gateway.config import GatewayConfig
     from gateway.core.engine import Core
 
@@ -103,12 +110,32 @@ class ConnectionContext:
     peer: str
     advertised_host: str
     advertised_port: int
-    shutdown: trio.Event = field(default_factory=trio.Event)
+    shutdown: trio.Event = field(default_factory=lambda: _trio().Event())
     """Set when the gateway drains: finish the request in hand, read no new one, return."""
     log: Any = field(default_factory=lambda: structlog.get_logger())
 
 
-ConnectionHandler = Callable[[trio.abc.Stream, ConnectionContext], Awaitable[None]]
+def _trio() -> Any:
+    import trio
+
+    return trio
+
+
+ConnectionHandler = Callable[["trio.abc.Stream", ConnectionContext], Awaitable[None]]
+
+
+def lazy(module: str, name: str) -> Callable[..., Awaitable[Any]]:
+    """An async function that calls ``module.name``, importing the module on its first call (a
+    protocol's session, which needs trio, is not imported with its package or codec)."""
+    target: list[Callable[..., Awaitable[Any]]] = []
+
+    async def call(*args: Any) -> Any:
+        if not target:
+            target.append(getattr(importlib.import_module(module), name))
+        return await target[0](*args)
+
+    call.__qualname__ = call.__name__ = f"lazy({module}.{name})"
+    return call
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,10 @@ only what is truly its own (framing, validation, the hand-tuned hot paths).
 How to declare a message
 ------------------------
 
-1. Make a :class:`Wire` for the protocol: its byte order and how it raises errors::
+1. Make a :class:`Wire` for the protocol, its byte order (errors are those of
+   :mod:`gateway.protocols.errors` unless other types are given)::
 
-       WIRE = Wire("<", remote=lambda kind, msg: MyRemoteError(kind, msg), local=MyLocalError)
+       WIRE = Wire("<")
 
 2. Take the types you need from it (fixed-size integers, length-prefixed text and bytes, arrays
    with a count in front)::
@@ -54,6 +55,8 @@ from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
+
 Buffer = bytes | bytearray | memoryview
 
 _MAX_LEN = {"b": 127, "B": 255, "h": 32767, "H": 65535, "i": 2**31 - 1, "I": 2**32 - 1}
@@ -61,8 +64,8 @@ _MAX_LEN.update({"q": 2**63 - 1, "Q": 2**64 - 1})
 
 
 class Wire:
-    """A protocol's byte order (``">"`` or ``"<"``) and its two error types: ``remote(kind,
-    message)`` builds the exception for bad input from the peer, ``local(message)`` the one for
+    """A protocol's byte order (``">"`` or ``"<"``) and its two error types: ``remote(message,
+    kind)`` builds the exception for bad input from the peer, ``local(message)`` the one for
     a value we cannot encode (a bug on our side)."""
 
     __slots__ = ("order", "remote", "local")
@@ -70,8 +73,8 @@ class Wire:
     def __init__(
         self,
         order: str,
-        remote: Callable[[str, str], Exception],
-        local: Callable[[str], Exception],
+        remote: Callable[[str, str], Exception] = RemoteProtocolError,
+        local: Callable[[str], Exception] = LocalProtocolError,
     ) -> None:
         if order not in ("<", ">"):
             raise ValueError(f"byte order must be '<' or '>', not {order!r}")
@@ -85,7 +88,7 @@ class Wire:
 
     def short(self, what: str, pos: int, n: int, size: int) -> Exception:
         return self.remote(
-            "truncated", f"{what} of {n} bytes at byte {pos} runs past the end ({size} bytes)"
+            f"{what} of {n} bytes at byte {pos} runs past the end ({size} bytes)", "truncated"
         )
 
 
@@ -116,7 +119,7 @@ class Fixed(Type):
     def read(self, buf: Buffer, pos: int) -> tuple[Any, int]:
         end = pos + self.size
         if end > len(buf):
-            raise self.wire.remote("truncated", f"truncated {self.name} at byte {pos}")
+            raise self.wire.remote(f"truncated {self.name} at byte {pos}", "truncated")
         return self.st.unpack_from(buf, pos)[0], end
 
     def write(self, value: Any, out: list[Buffer]) -> None:
@@ -169,7 +172,7 @@ class Blob(Type):
         if n < 0:
             if n == -1 and self.nullable:
                 return None, pos
-            raise self.length.wire.remote("malformed", f"negative {self.what} length {n}")
+            raise self.length.wire.remote(f"negative {self.what} length {n}", "malformed")
         _need(self.length.wire, buf, pos, n, self.what)
         return bytes(buf[pos : pos + n]), pos + n
 
@@ -226,12 +229,12 @@ class Text(Type):
         if n < 0:
             if n == -1 and self.nullable:
                 return None, pos
-            raise self.length.wire.remote("malformed", f"negative string length {n}")
+            raise self.length.wire.remote(f"negative string length {n}", "malformed")
         _need(self.length.wire, buf, pos, n, "string")
         try:
             return str(buf[pos : pos + n], "utf-8", self.errors or "strict"), pos + n
         except UnicodeDecodeError:
-            raise self.length.wire.remote(self.bad_utf8_kind, "string is not UTF-8") from None
+            raise self.length.wire.remote("string is not UTF-8", self.bad_utf8_kind) from None
 
     def write(self, value: str | None, out: list[Buffer]) -> None:
         if value is None:
@@ -413,7 +416,7 @@ class Layout(Type):
         value, end = self.read(buf, pos)
         if exact and end != len(buf):
             raise self.wire.remote(
-                "trailing_bytes", f"{self.name}: {len(buf) - end} unexpected bytes after it"
+                f"{self.name}: {len(buf) - end} unexpected bytes after it", "trailing_bytes"
             )
         return value
 
@@ -546,7 +549,7 @@ def _compile(lay: Layout) -> tuple[Callable[..., Any], Callable[..., Any]]:
     return ns["read"], ns["write"]
 
 
-_NO_WIRE = Wire(">", lambda kind, message: ValueError(message), ValueError)
+_NO_WIRE = Wire(">")
 
 
 def _find_wire(types: Iterable[Any]) -> Wire:

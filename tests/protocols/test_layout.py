@@ -11,7 +11,7 @@ from gateway.protocols import layout as L
 
 
 class Bad(Exception):
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
         self.kind = kind
 

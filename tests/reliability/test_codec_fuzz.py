@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.protocols.cursus import codec as cursus
+from gateway.protocols.errors import ProtocolError
 from gateway.protocols.iggy import codec as iggy
 from gateway.protocols.kafka08 import codec as kafka08
 from gateway.protocols.liftbridge import codec as liftbridge
@@ -77,7 +78,7 @@ CASES: dict[str, tuple[Callable[[bytes], None], tuple[type[BaseException], ...],
     "tank": (feed_tank, (tank.RemoteProtocolError,), [CREATE_ORDERS, PRODUCE_ABC]),
     "cursus": (
         feed_cursus,
-        (cursus.CursusProtocolError,),
+        (ProtocolError,),
         [FETCH_OFFSET_VECTOR, CREATE_VECTOR, BATCH_VECTOR],
     ),
     "liftbridge": (

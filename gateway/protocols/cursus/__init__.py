@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
+from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec, lazy
 from gateway.protocols.cursus.codec import COMPRESSIONS
 from gateway.protocols.cursus.dialect import DIALECTS
 
@@ -78,15 +78,9 @@ class CursusListenerConfig(ListenerConfig):
         return problems
 
 
-async def _handle(stream, ctx) -> None:  # imported lazily: config loading must stay light
-    from gateway.protocols.cursus.session import handle_connection
-
-    await handle_connection(stream, ctx)
-
-
 PROTOCOL = ProtocolSpec(
     "cursus",
     CursusListenerConfig,
-    _handle,
+    lazy("gateway.protocols.cursus.session", "handle_connection"),
     "Cursus broker protocol (text commands + 0xBA7C binary batches), both broker dialects",
 )

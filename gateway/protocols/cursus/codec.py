@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gateway.model import RESERVED_HEADER_PREFIX, Record
+from gateway.protocols.buffer import ReceiveBuffer
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 
 MAGIC = 0xBA7C
 MAGIC_BYTES = b"\xba\x7c"
@@ -42,22 +44,6 @@ _U16_AT = _U16.unpack_from
 _U32_AT = _U32.unpack_from
 
 
-class CursusProtocolError(Exception):
-    """Base of the codec's errors."""
-
-
-class RemoteProtocolError(CursusProtocolError):
-    """The peer sent something that is not valid Cursus. ``kind`` labels the metric."""
-
-    def __init__(self, message: str, kind: str = "malformed") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class LocalProtocolError(CursusProtocolError):
-    """We tried to encode something the protocol cannot carry (a bug on our side)."""
-
-
 # ----------------------------------------------------------------------------------- framing
 
 
@@ -73,43 +59,35 @@ def frame(body: bytes | bytearray | memoryview | str) -> bytes:
 class FrameBuffer:
     """Accumulates received bytes and cuts complete frames (like h11's ReceiveBuffer)."""
 
-    __slots__ = ("_buf", "_pos", "max_frame_bytes")
+    __slots__ = ("_buf", "max_frame_bytes")
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
-        self._pos = 0
+        self._buf = ReceiveBuffer()
         self.max_frame_bytes = max_frame_bytes
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        if self._pos and self._pos >= len(self._buf) // 2:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
+        self._buf.feed(data)
 
     def __len__(self) -> int:
-        return len(self._buf) - self._pos
+        return len(self._buf)
 
     def next_frame(self) -> bytes | None:
         """The next complete frame body, or None when more bytes are needed. Raises
         RemoteProtocolError (kind ``frame_too_large``) for a length over the limit."""
-        buf, pos = self._buf, self._pos
-        if len(buf) - pos < 4:
+        buf = self._buf
+        data, pos = buf.data, buf.pos
+        if len(data) - pos < 4:
             return None
-        (length,) = _U32_AT(buf, pos)
+        (length,) = _U32_AT(data, pos)
         if length > self.max_frame_bytes:
             raise RemoteProtocolError(
                 f"frame of {length} bytes exceeds the limit of {self.max_frame_bytes}",
                 "frame_too_large",
             )
-        end = pos + 4 + length
-        if len(buf) < end:
+        if len(data) - pos < 4 + length:
             return None
-        body = bytes(buf[pos + 4 : end])
-        self._pos = end
-        if end == len(buf):
-            buf.clear()
-            self._pos = 0
-        return body
+        buf.skip(4)
+        return buf.take(length)
 
 
 # ----------------------------------------------------------------------------- compression

@@ -37,7 +37,6 @@ from gateway.model import (
     now_us,
 )
 from gateway.observability import (
-    BYTES_IN,
     BYTES_OUT,
     RECORDS_IN,
     RECORDS_OUT,
@@ -62,6 +61,7 @@ from gateway.protocols.cursus.groups import GroupCommands
 from gateway.protocols.cursus.replies import ReplyFrame, build_reply_frame
 from gateway.protocols.cursus.state import DEFAULT_GROUP, state_for
 from gateway.protocols.cursus.topics import H_IDEMPOTENT, TopicCommands
+from gateway.protocols.driver import Connection, drive
 from gateway.streams import ConnectionTimeout
 
 PROTOCOL = "cursus"
@@ -190,52 +190,10 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
         }
         self.dialect = "2026-08" if self.cfg.dialect == "2026-08" else "2026-04"
 
-    # ------------------------------------------------------------------ connection loop
-    async def serve(self, stream: trio.abc.Stream) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_shutdown)
-            try:
-                await self._serve(stream)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            finally:
-                nursery.cancel_scope.cancel()
-
-    async def _watch_shutdown(self) -> None:
-        await self.ctx.shutdown.wait()
+    def interrupt(self) -> None:
+        """The gateway drains: end a running stream (its position is committed, CLOSE sent)."""
         if self._interrupt is not None:
             self._interrupt.cancel()
-
-    async def _serve(self, stream: trio.abc.Stream) -> None:
-        buf = FrameBuffer(self.cfg.max_frame_bytes)
-        bytes_in = labelled(BYTES_IN, PROTOCOL)
-        bytes_out = labelled(BYTES_OUT, PROTOCOL)
-        while not self.ctx.shutdown.is_set():
-            # no scope of our own around the wait: on shutdown the server's drain() ends a
-            # wait between requests with end of stream (a scope per request cost ~20 us)
-            data = await stream.receive_some(RECV_BYTES)
-            if not data:
-                return
-            bytes_in.inc(len(data))
-            buf.feed(data)
-            while True:
-                try:
-                    body = buf.next_frame()
-                except RemoteProtocolError as exc:
-                    protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
-                    return
-                if body is None:
-                    break
-                reply = await self.handle(body)
-                if reply.body is not None:
-                    out = reply.body if reply.framed else codec.frame(reply.body)
-                    await stream.send_all(out)
-                    bytes_out.inc(len(out))
-                if reply.stream is not None:
-                    await self._run_stream(stream, reply.stream)
-                    return
-                if reply.close:
-                    return
 
     async def handle(self, body: bytes) -> Reply:
         """One request frame -> its reply (and whether to close or start streaming)."""
@@ -722,4 +680,34 @@ def _bytes(reply: str | bytes) -> bytes:
 
 async def handle_connection(stream: trio.abc.Stream, ctx: Any) -> None:
     """The ProtocolSpec entry point: serve one connection until the peer closes."""
-    await CursusSession(ctx).serve(stream)
+    await drive(stream, ctx, CursusConnectionSession(ctx))
+
+
+class CursusConnectionSession:
+    """The driver's session for Cursus: length-prefixed frames in order; a STREAM command takes
+    the connection over until it ends."""
+
+    receive_bytes = RECV_BYTES
+
+    def __init__(self, ctx: Any) -> None:
+        self.session = CursusSession(ctx)
+        self._frames = FrameBuffer(ctx.listener.max_frame_bytes)
+        self.conn = self
+        self.receive_data = self._frames.feed
+        self.next_request = self._frames.next_frame
+
+    @property
+    def buffered(self) -> int:
+        return len(self._frames)
+
+    def drain(self) -> None:
+        self.session.interrupt()
+
+    async def handle(self, body: bytes, io: Connection) -> bool:
+        reply = await self.session.handle(body)
+        if reply.body is not None:
+            await io.send(reply.body if reply.framed else codec.frame(reply.body))
+        if reply.stream is not None:
+            await self.session._run_stream(io.stream, reply.stream)
+            return False
+        return not reply.close

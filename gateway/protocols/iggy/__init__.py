@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
+from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec, lazy
 from gateway.protocols.iggy.auth import user_problems
-from gateway.protocols.iggy.session import handle_connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +53,6 @@ class IggyListenerConfig(ListenerConfig):
 PROTOCOL = ProtocolSpec(
     "iggy",
     IggyListenerConfig,
-    handle_connection,
+    lazy("gateway.protocols.iggy.session", "handle_connection"),
     "Apache Iggy binary TCP (pre-authentication generation and the iggy-py 0.4.0 dialect)",
 )

@@ -24,6 +24,7 @@ import zlib  # noqa: F401 - re-exported (tests check checksums with it)
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.protocols.buffer import ReceiveBuffer
 from gateway.protocols.iggy.requests import (  # noqa: F401 - re-exported
     DIALECT_VERSION,
     LAYOUTS,
@@ -143,38 +144,6 @@ from gateway.protocols.iggy.wire import (  # noqa: F401 - re-exported
 _FRAME_HEAD = struct.Struct("<II")
 
 
-class _Buffer:
-    """Accumulates bytes and cuts 8-byte-headed frames without copying more than once."""
-
-    __slots__ = ("data", "start")
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.start = 0
-
-    def feed(self, data: bytes) -> None:
-        if self.start and self.start == len(self.data):
-            self.data.clear()
-            self.start = 0
-        self.data += data
-
-    def available(self) -> int:
-        return len(self.data) - self.start
-
-    def head(self) -> tuple[int, int] | None:
-        if self.available() < 8:
-            return None
-        return _FRAME_HEAD.unpack_from(self.data, self.start)
-
-    def take(self, n: int) -> bytes:
-        out = bytes(self.data[self.start : self.start + n])
-        self.start += n
-        if self.start > 1 << 20 and self.start * 2 > len(self.data):
-            del self.data[: self.start]
-            self.start = 0
-        return out
-
-
 @dataclass(frozen=True, slots=True)
 class RawRequest:
     """A request frame whose payload is not decoded (``ServerConnection.next_frame``)."""
@@ -194,30 +163,35 @@ class ServerConnection:
         self.max_frame_bytes = max_frame_bytes
         self.accept_login = accept_login
         self.dialect = Dialect.OLD
-        self._buf = _Buffer()
+        self._buf = ReceiveBuffer()
         self.broken = False
 
     def receive_data(self, data: bytes) -> None:
         self._buf.feed(data)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet part of a returned frame."""
+        return len(self._buf)
+
     def next_frame(self) -> RawRequest | None:
         if self.broken:
-            raise RemoteProtocolError("broken", "connection already failed")
-        head = self._buf.head()
+            raise RemoteProtocolError("connection already failed", "broken")
+        head = self._buf.peek(_FRAME_HEAD)
         if head is None:
             return None
         length, code = head
         if length < 4:
             self.broken = True
-            raise RemoteProtocolError("bad_length", f"request length {length} < 4")
+            raise RemoteProtocolError(f"request length {length} < 4", "bad_length")
         if length + 4 > self.max_frame_bytes:
             self.broken = True
             raise RemoteProtocolError(
-                "oversized", f"request of {length} bytes over the {self.max_frame_bytes} limit"
+                f"request of {length} bytes over the {self.max_frame_bytes} limit", "oversized"
             )
-        if self._buf.available() < length + 4:
+        if len(self._buf) < length + 4:
             return None
-        self._buf.start += 8
+        self._buf.skip(8)
         payload = self._buf.take(length - 4)
         return RawRequest(code, payload)
 
@@ -232,7 +206,7 @@ class ServerConnection:
         try:
             if code == Code.LOGIN_USER:
                 if not self.accept_login:
-                    raise RemoteProtocolError("unknown_code", "LOGIN_USER in the old dialect")
+                    raise RemoteProtocolError("LOGIN_USER in the old dialect", "unknown_code")
                 self.dialect = Dialect.V06
             req = decode_request(code, frame.payload, self.dialect)
         except RemoteProtocolError:
@@ -268,7 +242,7 @@ class ClientConnection:
     """The client role: requests in, bytes out; bytes in, responses out (in request order)."""
 
     dialect: Dialect = Dialect.OLD
-    _buf: _Buffer = field(default_factory=_Buffer)
+    _buf: ReceiveBuffer = field(default_factory=ReceiveBuffer)
     _pending: list[int] = field(default_factory=list)
     max_frame_bytes: int = 100 << 20
 
@@ -282,18 +256,18 @@ class ClientConnection:
         self._buf.feed(data)
 
     def next_response(self) -> Response | None:
-        head = self._buf.head()
+        head = self._buf.peek(_FRAME_HEAD)
         if head is None:
             return None
         status, length = head
         if length > self.max_frame_bytes:
-            raise RemoteProtocolError("oversized", f"response of {length} bytes")
-        if self._buf.available() < length + 8:
+            raise RemoteProtocolError(f"response of {length} bytes", "oversized")
+        if len(self._buf) < length + 8:
             return None
         if not self._pending:
-            raise RemoteProtocolError("unexpected", "a response without a request")
+            raise RemoteProtocolError("a response without a request", "unexpected")
         code = self._pending.pop(0)
-        self._buf.start += 8
+        self._buf.skip(8)
         payload = self._buf.take(length)
         if status != 0:
             return Response(code, status)

@@ -210,15 +210,15 @@ class SendMessages(Request):
         while pos < end:
             hpos = pos + 16
             if hpos + 4 > end:
-                raise RemoteProtocolError("truncated", "message header cut short")
+                raise RemoteProtocolError("message header cut short", "truncated")
             (hlen,) = unpack_u32(buf, hpos)
             ppos = hpos + 4 + hlen
             if ppos + 4 > end:
-                raise RemoteProtocolError("truncated", "message headers or length cut short")
+                raise RemoteProtocolError("message headers or length cut short", "truncated")
             (plen,) = unpack_u32(buf, ppos)
             nxt = ppos + 4 + plen
             if nxt > end:
-                raise RemoteProtocolError("truncated", "message payload cut short")
+                raise RemoteProtocolError("message payload cut short", "truncated")
             append(
                 (
                     buf[pos:hpos],
@@ -522,5 +522,5 @@ def decode_request(code: int, payload: Buffer, dialect: Dialect) -> Request:
     for LOGIN_USER under a reference-only server, see ``ServerConnection``) or a bad payload."""
     cls = REQUESTS.get(code)
     if cls is None:
-        raise RemoteProtocolError("unknown_code", f"unknown command code {code}")
+        raise RemoteProtocolError(f"unknown command code {code}", "unknown_code")
     return cls.decode_payload(payload, dialect)

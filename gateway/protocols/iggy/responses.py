@@ -412,10 +412,10 @@ def decode_response_payload(code: int, payload: Buffer, dialect: Dialect) -> Any
         return None
     answer = RESPONSES.get(code, DIALECT_VERSION[dialect])
     if answer is None:
-        raise RemoteProtocolError("unexpected_payload", f"command {code} answered with data")
+        raise RemoteProtocolError(f"command {code} answered with data", "unexpected_payload")
     value, end = answer.read(payload, 0)
     if end != len(payload):
         raise RemoteProtocolError(
-            "trailing_bytes", f"{len(payload) - end} unexpected bytes after the payload"
+            f"{len(payload) - end} unexpected bytes after the payload", "trailing_bytes"
         )
     return value

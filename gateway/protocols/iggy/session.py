@@ -46,8 +46,6 @@ from gateway.model import (
     now_us,
 )
 from gateway.observability import (
-    BYTES_IN,
-    BYTES_OUT,
     RECORDS_IN,
     RECORDS_OUT,
     REQUEST_LATENCY,
@@ -58,6 +56,7 @@ from gateway.observability import (
 )
 from gateway.protocols.answers import LIMIT
 from gateway.protocols.base import PerCore
+from gateway.protocols.driver import Connection, drive
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.auth import LoginGuard, check_credentials, peer_host
 from gateway.protocols.iggy.messages import poll_reply, send_batch
@@ -681,33 +680,36 @@ async def handle_connection(stream: trio.abc.Stream, ctx: Any) -> None:
     """Serve one Iggy connection until the peer closes, a frame is undecodable (closed without
     an error frame, like the reference server) or the gateway drains. Idle and read timeouts
     are the server's (its stream wrapper)."""
-    session = IggySession(ctx)
-    conn = session.conn
-    bytes_in = labelled(BYTES_IN, PROTOCOL)
-    bytes_out = labelled(BYTES_OUT, PROTOCOL)
-    try:
-        while True:
-            while True:
-                try:
-                    req = conn.next_request()
-                except c.RemoteProtocolError as exc:
-                    protocol_error(ctx.log, PROTOCOL, exc.kind, error=str(exc))
-                    return
-                except c.ValidationError as exc:
-                    out = session.error("validate", exc.status, str(exc))
-                else:
-                    if req is None:
-                        break
-                    out = await session.handle(req)
-                await stream.send_all(out)
-                bytes_out.inc(len(out))
-            if ctx.shutdown.is_set():
-                return
-            data = await stream.receive_some(RECEIVE_BYTES)
-            if not data:
-                return
-            bytes_in.inc(len(data))
-            conn.receive_data(data)
-    finally:
-        with trio.CancelScope(shield=True):
-            await session.close()
+    await drive(stream, ctx, IggyConnectionSession(ctx))
+
+
+class IggyConnectionSession:
+    """The driver's session for Iggy: whole frames in order (the driver's framing is the
+    codec's ``next_frame``), decoded here so that a request failing validation is answered
+    with its status instead of closing the connection."""
+
+    receive_bytes = RECEIVE_BYTES
+
+    def __init__(self, ctx: Any) -> None:
+        self.session = IggySession(ctx)
+        self.conn = self
+        self.receive_data = self.session.conn.receive_data
+        self.next_request = self.session.conn.next_frame
+
+    @property
+    def buffered(self) -> int:
+        return self.session.conn.buffered
+
+    async def handle(self, frame: c.RawRequest, io: Connection) -> bool:
+        session = self.session
+        try:
+            req = session.conn.decode(frame)
+        except c.ValidationError as exc:
+            out = session.error("validate", exc.status, str(exc))
+        else:
+            out = await session.handle(req)
+        await io.send(out)
+        return True
+
+    async def close(self) -> None:
+        await self.session.close()

@@ -20,21 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.protocols import layout as engine
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 from gateway.protocols.layout import Buffer
 
 # ------------------------------------------------------------------------------ errors
-
-
-class RemoteProtocolError(Exception):
-    """The peer sent bytes that do not decode. ``kind`` names the problem for metrics."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class LocalProtocolError(Exception):
-    """We tried to encode something the protocol cannot carry (a bug on our side)."""
 
 
 class ValidationError(Exception):
@@ -265,7 +254,7 @@ class Reader:
     def need(self, n: int) -> None:
         if self.pos + n > self.end:
             raise RemoteProtocolError(
-                "truncated", f"payload too short: need {n} bytes at {self.pos}, end {self.end}"
+                f"payload too short: need {n} bytes at {self.pos}, end {self.end}", "truncated"
             )
 
     def unpack(self, st: struct.Struct) -> tuple[Any, ...]:
@@ -306,18 +295,18 @@ class Reader:
         try:
             return raw.decode()
         except UnicodeDecodeError:
-            raise RemoteProtocolError("bad_utf8", f"text is not UTF-8: {raw!r}") from None
+            raise RemoteProtocolError(f"text is not UTF-8: {raw!r}", "bad_utf8") from None
 
     def done(self) -> None:
         if self.pos != self.end:
             raise RemoteProtocolError(
-                "trailing_bytes", f"{self.end - self.pos} unexpected bytes after the payload"
+                f"{self.end - self.pos} unexpected bytes after the payload", "trailing_bytes"
             )
 
 
 # ------------------------------------------------------------------------------ field types
 
-WIRE = engine.Wire("<", RemoteProtocolError, LocalProtocolError)
+WIRE = engine.Wire("<")
 U8 = WIRE.int("B", "u8")
 U32 = WIRE.int("I", "u32")
 U64 = WIRE.int("Q", "u64")
@@ -338,21 +327,21 @@ class IdentifierType(engine.Type):
         if kind == 1:
             if length != 4:
                 raise RemoteProtocolError(
-                    "bad_identifier", f"numeric identifier of length {length}"
+                    f"numeric identifier of length {length}", "bad_identifier"
                 )
             value, pos = U32.read(buf, pos)
             return Identifier(value), pos
         if kind == 2:
             if length == 0:
-                raise RemoteProtocolError("bad_identifier", "empty string identifier")
+                raise RemoteProtocolError("empty string identifier", "bad_identifier")
             if pos + length > len(buf):
                 raise WIRE.short("identifier", pos, length, len(buf))
             raw = bytes(buf[pos : pos + length])
             try:
                 return Identifier(raw.decode()), pos + length
             except UnicodeDecodeError:
-                raise RemoteProtocolError("bad_utf8", f"text is not UTF-8: {raw!r}") from None
-        raise RemoteProtocolError("bad_identifier", f"unknown identifier kind {kind}")
+                raise RemoteProtocolError(f"text is not UTF-8: {raw!r}", "bad_utf8") from None
+        raise RemoteProtocolError(f"unknown identifier kind {kind}", "bad_identifier")
 
     def write(self, value: Identifier, out: list[Buffer]) -> None:
         out.append(value.encode())
@@ -369,7 +358,7 @@ class ConsumerType(engine.Type):
     def read(self, buf: Buffer, pos: int) -> tuple[Consumer, int]:
         kind, pos = U8.read(buf, pos)
         if kind not in (1, 2):
-            raise RemoteProtocolError("bad_consumer", f"unknown consumer kind {kind}")
+            raise RemoteProtocolError(f"unknown consumer kind {kind}", "bad_consumer")
         if self.v06:
             ident, pos = IDENT.read(buf, pos)
             return Consumer(kind, ident), pos
@@ -394,7 +383,7 @@ class PartitioningType(engine.Type):
         kind, pos = U8.read(buf, pos)
         length, pos = U8.read(buf, pos)
         if kind not in (1, 2, 3):
-            raise RemoteProtocolError("bad_partitioning", f"unknown partitioning kind {kind}")
+            raise RemoteProtocolError(f"unknown partitioning kind {kind}", "bad_partitioning")
         if pos + length > len(buf):
             raise WIRE.short("partitioning value", pos, length, len(buf))
         return Partitioning(kind, bytes(buf[pos : pos + length])), pos + length
@@ -418,7 +407,7 @@ class Checked(engine.Type):
     def read(self, buf: Buffer, pos: int) -> tuple[int, int]:
         value, pos = U8.read(buf, pos)
         if value not in self.allowed:
-            raise RemoteProtocolError(self.kind, f"unknown {self.what} {value}")
+            raise RemoteProtocolError(f"unknown {self.what} {value}", self.kind)
         return value, pos
 
     def write(self, value: int, out: list[Buffer]) -> None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
+from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec, lazy
 from gateway.protocols.kafka08.compression import CODECS
-from gateway.protocols.kafka08.session import handle_connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +49,7 @@ class Kafka08ListenerConfig(ListenerConfig):
 PROTOCOL = ProtocolSpec(
     "kafka08",
     Kafka08ListenerConfig,
-    handle_connection,
+    lazy("gateway.protocols.kafka08.session", "handle_connection"),
     "Kafka 0.8 (Produce/Fetch/Offsets/Metadata v0, OffsetCommit/Fetch v0-1, ConsumerMetadata)",
     authorization_error=False,
 )

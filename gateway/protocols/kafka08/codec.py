@@ -20,6 +20,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.protocols.buffer import ReceiveBuffer
 from gateway.protocols.kafka08.layout import (
     COMPACT_STRING,
     INT16,
@@ -331,38 +332,31 @@ class FrameBuffer:
     the size) or returns None. Sizes <= 0 or above ``max_frame_bytes`` raise RemoteProtocolError
     (the 0.8 broker closes the connection)."""
 
-    __slots__ = ("_buf", "_need", "max_frame_bytes")
+    __slots__ = ("_buf", "max_frame_bytes")
 
     def __init__(self, max_frame_bytes: int = 100 << 20) -> None:
-        self._buf = bytearray()
-        self._need = -1  # size of the frame being read, -1 while the size is unknown
+        self._buf = ReceiveBuffer()
         self.max_frame_bytes = max_frame_bytes
 
     def feed(self, data: Buffer) -> None:
-        self._buf += data
+        self._buf.feed(data)
 
     def __len__(self) -> int:
         return len(self._buf)
 
     def next_frame(self) -> bytes | None:
         buf = self._buf
-        if self._need < 0:
-            if len(buf) < 4:
-                return None
-            (size,) = _I32.unpack_from(buf, 0)
-            if size <= 0 or size > self.max_frame_bytes:
-                raise RemoteProtocolError(
-                    f"frame size {size} outside 1..{self.max_frame_bytes}", "wrong_size"
-                )
-            self._need = size
-        end = 4 + self._need
-        if len(buf) < end:
+        if len(buf.data) - buf.pos < 4:
             return None
-        with memoryview(buf) as view:
-            frame = bytes(view[4:end])  # one copy (a bytearray slice would copy twice)
-        del buf[:end]
-        self._need = -1
-        return frame
+        (size,) = _I32.unpack_from(buf.data, buf.pos)
+        if size <= 0 or size > self.max_frame_bytes:
+            raise RemoteProtocolError(
+                f"frame size {size} outside 1..{self.max_frame_bytes}", "wrong_size"
+            )
+        if len(buf.data) - buf.pos < 4 + size:
+            return None
+        buf.skip(4)
+        return buf.take(size)
 
 
 def frame(parts: list[Buffer]) -> bytes:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.protocols import layout as engine
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 from gateway.protocols.layout import Buffer, Layout, Type
 
 __all__ = [
@@ -38,22 +39,7 @@ __all__ = [
 ]
 
 
-class RemoteProtocolError(Exception):
-    """The peer sent something that is not valid Kafka 0.8 (answer it or close, and count it).
-    ``kind`` is the metric label."""
-
-    def __init__(self, message: str, kind: str = "malformed") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class LocalProtocolError(Exception):
-    """We tried to encode something invalid: a bug on our side."""
-
-
-WIRE = engine.Wire(
-    ">", lambda kind, message: RemoteProtocolError(message, kind), LocalProtocolError
-)
+WIRE = engine.Wire(">")
 
 INT8 = WIRE.int("b", "int8")
 INT16 = WIRE.int("h", "int16")

@@ -40,8 +40,6 @@ from gateway.model import (
     now_us,
 )
 from gateway.observability import (
-    BYTES_IN,
-    BYTES_OUT,
     PROTOCOL_ERRORS,
     RECORDS_IN,
     RECORDS_OUT,
@@ -51,9 +49,11 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
-from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget, send_pieces
+from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget
+from gateway.protocols.driver import Connection, drive
+from gateway.protocols.kafka08 import Kafka08ListenerConfig
 from gateway.protocols.kafka08 import codec as c
-from gateway.protocols.kafka08.codec import ApiKey, RemoteProtocolError, Request
+from gateway.protocols.kafka08.codec import ApiKey, Request
 from gateway.protocols.kafka08.compression import CODECS
 from gateway.protocols.kafka08.messageset import InvalidMessageSet, encode_fetch, parse_produce
 
@@ -127,19 +127,20 @@ class Session:
     def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
         self.core = ctx.core
-        self.cfg: Any = ctx.listener
+        cfg = ctx.listener
+        assert isinstance(cfg, Kafka08ListenerConfig)
+        self.cfg = cfg
         self.log = ctx.log.bind(protocol=PROTOCOL, peer=ctx.peer)
-        self.codec = CODECS.get(getattr(self.cfg, "fetch_compression", "none"), 0)
-        self.node_id = getattr(self.cfg, "node_id", 0)
-        self.message_max_bytes = getattr(self.cfg, "message_max_bytes", 1_000_012)
-        self.api_versions = getattr(self.cfg, "api_versions", True)
-        self.max_answer_bytes = getattr(self.cfg, "max_answer_bytes", 64 << 20)
+        self.conn = c.ServerConnection(cfg.max_frame_bytes)
+        self.receive_bytes = RECEIVE_BYTES
+        self.codec = CODECS.get(cfg.fetch_compression, 0)
+        self.node_id = cfg.node_id
+        self.message_max_bytes = cfg.message_max_bytes
+        self.api_versions = cfg.api_versions
+        self.max_answer_bytes = cfg.max_answer_bytes
         self._duplicates_logged = False
-        self._draining = False
         self._records_in = labelled(RECORDS_IN, PROTOCOL)
         self._records_out = labelled(RECORDS_OUT, PROTOCOL)
-        self._bytes_in = labelled(BYTES_IN, PROTOCOL)
-        self._bytes_out = labelled(BYTES_OUT, PROTOCOL)
         self._handlers = {
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
@@ -152,124 +153,55 @@ class Session:
         }
         self._metrics: dict[tuple[int, str], Any] = {}
         self._latency: dict[int, Any] = {}
-        self._pipeline_depth = max(1, min(PRODUCE_PIPELINE, getattr(self.cfg, "max_in_flight", 1)))
+        self._pipeline_depth = max(1, min(PRODUCE_PIPELINE, cfg.max_in_flight))
         self._produces: list[_Pipelined] = []  # pipelined produces not yet answered, oldest first
-        self._failure: Exception | None = None
-        self._pipeline_scope: trio.CancelScope | None = None
 
-    # ------------------------------------------------------------------ connection loop
-    async def run(self, stream: trio.abc.Stream) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_shutdown)
-            try:
-                await self._serve(stream)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            finally:
-                nursery.cancel_scope.cancel()
+    # ------------------------------------------------------------------ the driver's calls
+    async def handle(self, request: Request, io: Connection) -> bool:
+        """Answer one request in order: a pipelined produce answers itself from its task; any
+        other request waits until every earlier produce has answered. Answers to pipelined
+        requests go out together, but never wait behind a long-polling Fetch."""
+        if (
+            request.api_key == ApiKey.PRODUCE
+            and request.body.acks != 0
+            and self._pipeline_depth > 1
+            and (self._produces or self.conn.buffered)
+        ):
+            await io.flush()  # earlier answers go first
+            await self._pipeline_produce(io, request)
+            return True
+        await self._wait_produces(0)  # earlier produces answer first
+        if request.api_key == ApiKey.FETCH:
+            await io.flush()
+        try:
+            response = await self.handle_request(request)
+        except CloseConnection:
+            return False
+        if isinstance(response, list):
+            await io.send_pieces(response)
+        elif response is not None:
+            io.answer(response)
+        return True
 
-    async def _watch_shutdown(self) -> None:
-        await self.ctx.shutdown.wait()
-        self._draining = True
-
-    async def _send(self, stream: trio.abc.Stream, out: list[bytes]) -> None:
-        if out:
-            data = out[0] if len(out) == 1 else b"".join(out)
-            out.clear()
-            await stream.send_all(data)
-            self._bytes_out.inc(len(data))
-
-    async def _serve(self, stream: trio.abc.Stream) -> None:
-        """The request loop beside the pipelined produces; the first failure of either ends the
-        connection and is raised bare (not in an exception group), as the server expects."""
-        async with trio.open_nursery() as pipeline:
-            self._pipeline_scope = pipeline.cancel_scope
-            try:
-                await self._serve_requests(stream, pipeline)
-            except Exception as exc:
-                self._failure = self._failure or exc
-                pipeline.cancel_scope.cancel()
-        if self._failure is not None:
-            raise self._failure
-
-    async def _serve_requests(self, stream: trio.abc.Stream, pipeline: trio.Nursery) -> None:
-        """Answer every complete request in the buffer, in order, then read more. Answers to
-        pipelined requests go out together, but never wait behind a long-polling Fetch."""
-        conn = c.ServerConnection(self.cfg.max_frame_bytes)
-        between_requests = getattr(stream, "between_requests", None)
-        request_done = getattr(stream, "request_done", None)
-        out: list[bytes] = []
-        while True:
-            served = False
-            try:
-                while (request := conn.next_request()) is not None:
-                    served = True
-                    if (
-                        request.api_key == ApiKey.PRODUCE
-                        and request.body.acks != 0
-                        and self._pipeline_depth > 1
-                        and (self._produces or conn.buffered)
-                    ):
-                        await self._send(stream, out)  # earlier answers go first
-                        await self._pipeline_produce(pipeline, stream, request)
-                    else:
-                        await self._wait_produces(0)  # earlier produces answer first
-                        if request.api_key == ApiKey.FETCH:
-                            await self._send(stream, out)
-                        response = await self.handle(request)
-                        if isinstance(response, list):
-                            await self._send(stream, out)
-                            self._bytes_out.inc(await send_pieces(stream, response))
-                        elif response is not None:
-                            out.append(response)
-                    if self._draining:  # finish the request in hand, start no new one
-                        break
-            except RemoteProtocolError as exc:
-                protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
-                await self._wait_produces(0)
-                await self._send(stream, out)
-                return  # the 0.8 broker closes on anything it cannot parse
-            except CloseConnection:
-                await self._wait_produces(0)
-                await self._send(stream, out)
-                return
-            await self._send(stream, out)
-            if self._draining:
-                return
-            if not conn.buffered and between_requests is not None:
-                between_requests()  # answers may be pending, but no request is half read
-            elif served and request_done is not None:
-                request_done()  # acks=0 produces: the partial request began at the last read
-            # the idle timeout and the drain are the server's GuardedStream's: a wait between
-            # requests ends with ConnectionTimeout or, on shutdown, end of stream (a cancel
-            # scope of our own per wait cost ~20 us of a ~300 us request)
-            data = await stream.receive_some(RECEIVE_BYTES)
-            if not data:
-                if conn.buffered:
-                    protocol_error(
-                        self.log, PROTOCOL, "truncated", error="peer closed inside a frame"
-                    )
-                return
-            self._bytes_in.inc(len(data))
-            conn.receive_data(data)
+    async def settle(self, io: Connection) -> None:
+        """Before the last flush: every pipelined produce answers first."""
+        await self._wait_produces(0)
 
     async def _wait_produces(self, at_most: int) -> None:
         """Until at most ``at_most`` pipelined produces are unanswered."""
         while len(self._produces) > at_most:
             await self._produces[0].done.wait()
 
-    async def _pipeline_produce(
-        self, pipeline: trio.Nursery, stream: trio.abc.Stream, request: Request
-    ) -> None:
+    async def _pipeline_produce(self, io: Connection, request: Request) -> None:
         await self._wait_produces(self._pipeline_depth - 1)
         previous = self._produces[-1] if self._produces else None
         this = _Pipelined()
         self._produces.append(this)
-        pipeline.start_soon(self._produce_in_pipeline, stream, request, previous, this)
+        io.start_soon(self._produce_in_pipeline, io, request, previous, this)
 
     async def _produce_in_pipeline(
         self,
-        stream: trio.abc.Stream,
+        io: Connection,
         request: Request,
         previous: _Pipelined | None,
         this: _Pipelined,
@@ -282,7 +214,7 @@ class Session:
             parsed = self._parse_produce(request)
             if previous is not None:
                 await previous.released.wait()
-            if self._failure is not None:
+            if io.failure is not None:
                 return
             one_partition = len(parsed) == 1 and len(parsed[0][1]) == 1
             token = APPEND_SENT.set(this.released.set) if one_partition else None
@@ -293,22 +225,18 @@ class Session:
                     APPEND_SENT.reset(token)
             if previous is not None:
                 await previous.done.wait()
-            if self._failure is not None:
+            if io.failure is not None:
                 return
             self._observe(request.api_key, start)
-            response = c.ServerConnection.send_response(request, body)
-            await stream.send_all(response)
-            self._bytes_out.inc(len(response))
+            await io.send(c.ServerConnection.send_response(request, body))
         except Exception as exc:
-            self._failure = self._failure or exc
-            if self._pipeline_scope is not None:
-                self._pipeline_scope.cancel()
+            io.fail(exc)
         finally:
             self._produces.remove(this)
             this.released.set()
             this.done.set()
 
-    async def handle(self, request: Request) -> bytes | list[Any] | None:
+    async def handle_request(self, request: Request) -> bytes | list[Any] | None:
         handler = self._handlers.get(request.api_key)
         if handler is None or (request.api_key == ApiKey.API_VERSIONS and not self.api_versions):
             protocol_error(
@@ -704,4 +632,4 @@ class Session:
 
 async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> None:
     """Serve one Kafka 0.8 connection until the peer closes, it idles out or the gateway drains."""
-    await Session(ctx).run(stream)
+    await drive(stream, ctx, Session(ctx))

@@ -45,6 +45,7 @@ import h2.stream
 import h2.utilities
 import hpack
 
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 
 SERVICE = "proto.API"
@@ -161,21 +162,6 @@ def _methods() -> dict[str, MethodSpec]:
 
 METHODS: dict[str, MethodSpec] = _methods()
 METHODS_BY_NAME: dict[str, MethodSpec] = {s.name: s for s in METHODS.values()}
-
-
-class RemoteProtocolError(Exception):
-    """The peer broke HTTP/2 (or sent something that is not gRPC at the connection level), or
-    went past a budget (``limit`` names its config key; else None). The connection is over;
-    ``data_to_send()`` holds the GOAWAY to send before closing."""
-
-    def __init__(self, message: str, kind: str = "http2", limit: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.limit = limit
-
-
-class LocalProtocolError(Exception):
-    """We tried to send something invalid (a bug in the caller)."""
 
 
 # ------------------------------------------------------------------------------------- events
@@ -858,7 +844,7 @@ class GrpcConnection:
                 queued += _GOAWAY_PROTOCOL_ERROR
             self._out_extra += queued
             self._closed = self._broken = True
-            raise RemoteProtocolError(f"HTTP/2 protocol error: {exc}") from exc
+            raise RemoteProtocolError(f"HTTP/2 protocol error: {exc}", "http2") from exc
         out: list[Event] = []
         flush = False
         for ev in h2_events:
@@ -926,7 +912,7 @@ class GrpcConnection:
         self._h2.close_connection(error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
         self._out_extra += self._h2.data_to_send()
         self._closed = self._broken = True
-        return RemoteProtocolError(f"HTTP/2 protocol error: {message}")
+        return RemoteProtocolError(f"HTTP/2 protocol error: {message}", "http2")
 
     def _detach(self, buf: bytearray, pos: int, length: int, end: int, out: list[Event]) -> bool:
         """Take a new call at the HEADERS frame at ``pos`` without h2, when h2 would only

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.protocols.base import ListenerConfig, ProtocolSpec
-from gateway.protocols.tank.session import handle_connection
+from gateway.protocols.base import ListenerConfig, ProtocolSpec, lazy
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,7 +17,7 @@ class TankListenerConfig(ListenerConfig):
 PROTOCOL = ProtocolSpec(
     name="tank",
     config_class=TankListenerConfig,
-    handle_connection=handle_connection,
+    handle_connection=lazy("gateway.protocols.tank.session", "handle_connection"),
     description="TANK 4.0 binary protocol (tank-cli, TANK client library)",
     authorization_error=False,
 )

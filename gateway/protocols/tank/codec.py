@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.protocols import layout as engine
+from gateway.protocols.buffer import ReceiveBuffer
 from gateway.protocols.layout import Buffer, Layout
 from gateway.protocols.tank.bundle import BundleError, read_varint, scan_bundle, varint
 from gateway.protocols.tank.events import (  # noqa: F401 - re-exported
@@ -106,7 +107,7 @@ FRAME = struct.Struct("<BI")
 
 # ----------------------------------------------------------------------------- wire types
 
-WIRE = engine.Wire("<", RemoteProtocolError, LocalProtocolError)
+WIRE = engine.Wire("<")
 UINT8 = WIRE.int("B", "u8")
 UINT16 = WIRE.int("H", "u16")
 UINT32 = WIRE.int("I", "u32")
@@ -128,7 +129,7 @@ def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     try:
         return read_varint(buf, pos, len(buf))
     except BundleError as exc:
-        raise RemoteProtocolError("bad_varint", f"varint at byte {pos}: {exc}") from None
+        raise RemoteProtocolError(f"varint at byte {pos}: {exc}", "bad_varint") from None
 
 
 class VarBytes(engine.Type):
@@ -157,7 +158,7 @@ class PartitionIds(engine.Type):
         if not rest:
             return None, pos
         if rest % 2:
-            raise RemoteProtocolError("truncated", "discover_partitions: odd partition list")
+            raise RemoteProtocolError("discover_partitions: odd partition list", "truncated")
         return [U16.unpack_from(buf, p)[0] for p in range(pos, len(buf), 2)], len(buf)
 
     def write(self, value: list[int] | None, out: list[Buffer]) -> None:
@@ -185,15 +186,15 @@ class PartitionBundle(engine.Type):
             base, pos = UINT64.read(buf, pos)
         if blen > end - pos:
             raise RemoteProtocolError(
-                "bundle_too_long",
                 f"produce: bundle of {blen} bytes but {end - pos} left in the frame",
+                "bundle_too_long",
             )
         bundle = buf[pos : pos + blen]
         try:
             info = scan_bundle(bundle)
         except BundleError as exc:
             raise RemoteProtocolError(
-                "bad_bundle", f"produce partition {partition}: {exc}"
+                f"produce partition {partition}: {exc}", "bad_bundle"
             ) from None
         return ProducePartition(partition, bundle, base, info), pos + blen
 
@@ -512,7 +513,7 @@ def decode_request(msg_id: int, payload: bytes) -> Request:
     """A request from a client frame (server role). Produce bundles are validated here."""
     body = REQUESTS.get(msg_id)
     if body is None:
-        raise RemoteProtocolError("unknown_msg", f"unknown message id {msg_id:#04x}")
+        raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
     return body.decode(payload, exact=True)  # type: ignore[no-any-return]
 
 
@@ -559,7 +560,7 @@ def _decode_produce_response(payload: bytes, request: ProduceRequest) -> Produce
         results.append(ProduceTopicResult(t.name, statuses))
     if pos != len(payload):
         raise RemoteProtocolError(
-            "trailing_bytes", f"produce response: {len(payload) - pos} bytes after it"
+            f"produce response: {len(payload) - pos} bytes after it", "trailing_bytes"
         )
     return ProduceResponse(request_id, results, request.with_seqnum)
 
@@ -589,10 +590,10 @@ def decode_response(msg_id: int, payload: bytes, request: Request | None = None)
         return decode_consume_response(payload)
     body = RESPONSES.get(msg_id)
     if body is None:
-        raise RemoteProtocolError("unknown_msg", f"unknown message id {msg_id:#04x}")
+        raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
     value, end = body.read(payload, 0)
     if end != len(payload):
-        raise RemoteProtocolError("trailing_bytes", f"response {msg_id:#04x}: bytes after it")
+        raise RemoteProtocolError(f"response {msg_id:#04x}: bytes after it", "trailing_bytes")
     return value  # type: ignore[no-any-return]
 
 
@@ -605,7 +606,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
     header_len, _ = UINT32.read(payload, 0)
     chunk_pos = 4 + header_len
     if chunk_pos > len(payload):
-        raise RemoteProtocolError("truncated", "consume response: header longer than the frame")
+        raise RemoteProtocolError("consume response: header longer than the frame", "truncated")
     h = payload[:chunk_pos]
     request_id, pos = UINT32.read(h, 4)
     count_topics, pos = UINT8.read(h, pos)
@@ -628,7 +629,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
                 p.hwmark, pos = UINT64.read(h, pos)
                 clen, pos = UINT32.read(h, pos)
                 if chunk_pos + clen > len(payload):
-                    raise RemoteProtocolError("truncated", "consume response: chunk past the end")
+                    raise RemoteProtocolError("consume response: chunk past the end", "truncated")
                 p.chunk = payload[chunk_pos : chunk_pos + clen]
                 chunk_pos += clen
             elif err == C_BOUNDARY:
@@ -644,7 +645,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
         topics.append(ConsumeTopicResult(name, parts, count))  # type: ignore[arg-type]
     if pos != len(h):
         raise RemoteProtocolError(
-            "trailing_bytes", f"consume response header: {len(h) - pos} bytes after the message"
+            f"consume response header: {len(h) - pos} bytes after the message", "trailing_bytes"
         )
     return ConsumeResponse(request_id, topics)
 
@@ -703,11 +704,11 @@ class TankConnection:
 
     role: Role = Role.SERVER
     max_frame_bytes: int = DEFAULT_MAX_FRAME
-    _buf: bytearray = field(default_factory=bytearray)
+    _buf: ReceiveBuffer = field(default_factory=ReceiveBuffer)
     _produce: dict[int, ProduceRequest] = field(default_factory=dict)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf += data
+        self._buf.feed(data)
 
     @property
     def buffered(self) -> int:
@@ -716,20 +717,24 @@ class TankConnection:
     def next_frame(self) -> tuple[int, bytes] | None:
         """The next whole frame as (msg_id, payload), or None when more bytes are needed."""
         buf = self._buf
-        if len(buf) < 5:
+        if len(buf.data) - buf.pos < 5:
             return None
-        msg_id, size = FRAME.unpack_from(buf, 0)
+        msg_id, size = FRAME.unpack_from(buf.data, buf.pos)
         if self.role is Role.SERVER and msg_id not in SERVER_MSG_IDS:
-            raise RemoteProtocolError("unknown_msg", f"unknown message id {msg_id:#04x}")
+            raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
         if size > self.max_frame_bytes:
             raise RemoteProtocolError(
-                "frame_too_large", f"frame of {size} bytes exceeds {self.max_frame_bytes}"
+                f"frame of {size} bytes exceeds {self.max_frame_bytes}", "frame_too_large"
             )
-        if len(buf) < 5 + size:
+        if len(buf.data) - buf.pos < 5 + size:
             return None
-        payload = bytes(buf[5 : 5 + size])
-        del buf[: 5 + size]
-        return msg_id, payload
+        buf.skip(5)
+        return msg_id, buf.take(size)
+
+    def next_request(self) -> Any:
+        """:meth:`next_event` with None instead of NEED_DATA (the connection driver's framing)."""
+        event = self.next_event()
+        return None if event is NEED_DATA else event
 
     def next_event(self) -> Any:
         got = self.next_frame()

@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError  # noqa: F401
 from gateway.protocols.tank.bundle import (
     BundleError,
     BundleInfo,
@@ -79,18 +80,6 @@ DP_OTHER_LEADER = 0xFC
 
 MAX_FETCH_SIZE = 64 << 20  # the broker caps a partition's fetch_size here
 TANK_VERSION = 400
-
-
-class RemoteProtocolError(Exception):
-    """The peer sent something malformed. ``kind`` names it for metrics."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class LocalProtocolError(Exception):
-    """We tried to send something the protocol cannot carry (a bug on our side)."""
 
 
 class _NeedData:
@@ -355,7 +344,7 @@ def decode_chunk(chunk: bytes | memoryview, base_seq: int) -> list[TankMessage]:
         try:
             header, msgs = decode_bundle(chunk, body, body + blen, seq)
         except BundleError as exc:
-            raise RemoteProtocolError("bad_bundle", f"consume chunk: {exc}") from None
+            raise RemoteProtocolError(f"consume chunk: {exc}", "bad_bundle") from None
         out.extend(msgs)
         seq = (header.last_seq if header.sparse else seq + header.count - 1) + 1
         pos = body + blen

@@ -37,17 +37,15 @@ from gateway.model import (
     Stats,
 )
 from gateway.observability import (
-    BYTES_IN,
-    BYTES_OUT,
     RECORDS_IN,
     RECORDS_OUT,
     REQUEST_LATENCY,
     REQUESTS,
     labelled,
-    protocol_error,
 )
-from gateway.protocols.answers import AnswerBudget, send_pieces
+from gateway.protocols.answers import AnswerBudget
 from gateway.protocols.base import ConnectionContext
+from gateway.protocols.driver import Connection, drive
 from gateway.protocols.tank.bundle import TANK_BUNDLE, decode_bundle
 from gateway.protocols.tank.chunk import fill_chunk, first_available
 from gateway.protocols.tank.codec import (
@@ -65,7 +63,6 @@ from gateway.protocols.tank.codec import (
     DP_SYSTEM_ERROR,
     GREETING,
     MAX_FETCH_SIZE,
-    NEED_DATA,
     P_INVALID_SEQNUMS,
     P_IO_FAULT,
     P_OK,
@@ -96,7 +93,6 @@ from gateway.protocols.tank.codec import (
     ProduceTopicResult,
     ReloadConfRequest,
     ReloadConfResponse,
-    RemoteProtocolError,
     Role,
     StatusRequest,
     StatusResponse,
@@ -144,8 +140,6 @@ _API_NAMES = {
 }
 _records_in = labelled(RECORDS_IN, PROTOCOL)
 _records_out = labelled(RECORDS_OUT, PROTOCOL)
-_bytes_in = labelled(BYTES_IN, PROTOCOL)
-_bytes_out = labelled(BYTES_OUT, PROTOCOL)
 _latency = {api: labelled(REQUEST_LATENCY, PROTOCOL, api) for api in _API_NAMES.values()}
 
 
@@ -197,8 +191,7 @@ class TankSession:
     def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
         self.core = ctx.core
-        listener = getattr(ctx, "listener", None)
-        self.max_answer_bytes: int = getattr(listener, "max_answer_bytes", 64 << 20)
+        self.max_answer_bytes = ctx.listener.max_answer_bytes
         self.answer_lock = trio.Lock()  # one consume answer read, built and sent at a time
 
     async def handle(self, req: Any) -> Any:
@@ -610,63 +603,38 @@ async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> 
     """Serve one TANK connection until the peer closes, a malformed frame arrives (closed, as the
     real broker does: logged once and counted), or the gateway drains (the request in hand and
     parked consumes are answered first)."""
-    conn = TankConnection(Role.SERVER, max_frame_bytes=ctx.listener.max_frame_bytes)
-    io = _ConnectionIO(stream, ctx, TankSession(ctx))
-    async with trio.open_nursery() as nursery:
-        io.nursery = nursery
-        reader = trio.CancelScope()
-        watcher = trio.CancelScope()
-
-        async def watch() -> None:
-            with watcher:
-                await ctx.shutdown.wait()
-                reader.cancel()
-
-        nursery.start_soon(watch)
-        error: Exception | None = None
-        try:
-            await io.send(GREETING)
-            with reader:
-                await io.read_loop(conn)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        except RemoteProtocolError as exc:
-            protocol_error(ctx.log, PROTOCOL, exc.kind, peer=ctx.peer, detail=str(exc))
-        except Exception as exc:  # a timeout of the server's stream, say: re-raised unwrapped
-            error = exc
-        watcher.cancel()
-        if error is not None or not ctx.shutdown.is_set():
-            # the peer is gone, sent garbage or timed out: nobody is left to answer
-            nursery.cancel_scope.cancel()
-    if error is not None:
-        raise error  # outside the nursery, so the server sees it as itself (no ExceptionGroup)
+    await drive(stream, ctx, TankConnectionSession(ctx))
 
 
-class _ConnectionIO:
-    def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, session: TankSession):
-        self.stream = stream
+class TankConnectionSession:
+    """The driver's session for TANK: the greeting, then requests in order; a consume that has
+    to wait for data is parked as a task (at most ``max_in_flight``) and answers when it can."""
+
+    def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
-        self.session = session
-        self.send_lock = trio.Lock()
+        self.session = TankSession(ctx)
+        self.conn = TankConnection(Role.SERVER, max_frame_bytes=ctx.listener.max_frame_bytes)
+        self.receive_bytes = RECEIVE_SIZE
         self.slots = trio.Semaphore(max(1, ctx.listener.max_in_flight))
-        self.nursery: trio.Nursery | None = None
-        self.broken = False
 
-    async def send(self, data: bytes) -> None:
-        lock = self.send_lock
-        try:
-            lock.acquire_nowait()  # no schedule point when nobody else is sending (the usual)
-        except trio.WouldBlock:
-            await lock.acquire()
-        try:
-            await self.stream.send_all(data)
-        finally:
-            lock.release()
-        _bytes_out.inc(len(data))
+    async def start(self, io: Connection) -> None:
+        await io.send(GREETING)
 
-    async def run(self, req: Any, api: str) -> bytes | None:
-        """Handle one request; its encoded answer, or None when the connection must close."""
-        return await self._answer(api, time.perf_counter(), self.session.handle, req)
+    async def handle(self, event: Any, io: Connection) -> bool:
+        if isinstance(event, ConsumeRequest):
+            started = time.perf_counter()
+            plan = await self._answer("consume", started, self.session.start_consume, event)
+            if plan is None:
+                return False
+            await self.slots.acquire()
+            io.start_soon(self.consume_task, io, plan, started)
+        elif not isinstance(event, Ping):  # a client ping gets no reply
+            api = _API_NAMES[type(event)]
+            data = await self._answer(api, time.perf_counter(), self.session.handle, event)
+            if data is None:
+                return False
+            await io.send(data)
+        return True
 
     async def _answer(
         self, api: str, started: float, handler: Any, arg: Any
@@ -692,17 +660,11 @@ class _ConnectionIO:
         _latency[api].observe(time.perf_counter() - started)
         return data
 
-    async def send_pieces(self, pieces: list[bytes | memoryview]) -> None:
-        """Write an answer built as pieces (a consume answer's chunks are the stored data)."""
-        async with self.send_lock:
-            sent = await send_pieces(self.stream, pieces)
-        _bytes_out.inc(sent)
-
-    async def consume_task(self, plan: ConsumePlan, started: float) -> None:
+    async def consume_task(self, io: Connection, plan: ConsumePlan, started: float) -> None:
         async def deliver(resp: ConsumeResponse) -> None:
             labelled(REQUESTS, PROTOCOL, "consume", outcome(resp)).inc()
             _latency["consume"].observe(time.perf_counter() - started)
-            await self.send_pieces(consume_response_pieces(resp))
+            await io.send_pieces(consume_response_pieces(resp))
 
         try:
             await self.session.finish_consume(plan, deliver)
@@ -716,40 +678,4 @@ class _ConnectionIO:
             pass
         finally:
             self.slots.release()
-        self.broken = True
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self.stream.aclose()
-
-    async def read_loop(self, conn: TankConnection) -> None:
-        ctx = self.ctx
-        assert self.nursery is not None
-        while not self.broken:
-            event = conn.next_event()
-            while event is not NEED_DATA:
-                if isinstance(event, ConsumeRequest):
-                    started = time.perf_counter()
-                    plan = await self._answer("consume", started, self.session.start_consume, event)
-                    if plan is None:
-                        return
-                    await self.slots.acquire()
-                    self.nursery.start_soon(self.consume_task, plan, started)
-                elif not isinstance(event, Ping):  # a client ping gets no reply
-                    data = await self.run(event, _API_NAMES[type(event)])
-                    if data is None:
-                        return
-                    await self.send(data)
-                if ctx.shutdown.is_set():
-                    return
-                event = conn.next_event()
-            if not conn.buffered:
-                # no frame partly read: waiting for the next request is idle time (the server's
-                # idle timeout), not a request being read slowly (its read timeout), even while a
-                # consume is parked
-                between = getattr(self.stream, "between_requests", None)
-                if between is not None:
-                    between()
-            data = await self.stream.receive_some(RECEIVE_SIZE)
-            if not data:
-                return
-            _bytes_in.inc(len(data))
-            conn.receive_data(data)
+        io.fail(trio.ClosedResourceError("the connection is closed"))

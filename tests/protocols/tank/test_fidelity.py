@@ -12,6 +12,7 @@ import trio
 
 from gateway.backends.memory import MemoryBackend
 from gateway.core.engine import Core
+from gateway.protocols.tank import TankListenerConfig
 from gateway.protocols.tank import codec as C
 from gateway.protocols.tank.session import TankSession, valid_topic_name
 from tests.protocols.tank import vectors as V
@@ -19,7 +20,9 @@ from tests.protocols.tank import vectors as V
 
 def session() -> TankSession:
     core = Core({"m": MemoryBackend("m")}, [("*", "m")])
-    ctx = types.SimpleNamespace(core=core, log=structlog.get_logger(), shutdown=trio.Event())
+    ctx = types.SimpleNamespace(
+        core=core, log=structlog.get_logger(), shutdown=trio.Event(), listener=TankListenerConfig()
+    )
     return TankSession(ctx)  # type: ignore[arg-type]
 
 

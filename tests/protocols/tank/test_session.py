@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from gateway.backends.memory import MemoryBackend
 from gateway.core.engine import Core
+from gateway.protocols.tank import TankListenerConfig
 from gateway.protocols.tank import codec as C
 from gateway.protocols.tank.bundle import encode_bundle
 from gateway.protocols.tank.client import TAIL
@@ -32,7 +33,9 @@ bundles = st.lists(
 
 def session() -> TankSession:
     core = Core({"m": MemoryBackend("m")}, [("*", "m")])
-    ctx = types.SimpleNamespace(core=core, log=structlog.get_logger(), shutdown=trio.Event())
+    ctx = types.SimpleNamespace(
+        core=core, log=structlog.get_logger(), shutdown=trio.Event(), listener=TankListenerConfig()
+    )
     return TankSession(ctx)  # type: ignore[arg-type]
 
 
