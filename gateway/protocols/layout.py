@@ -536,6 +536,31 @@ def _compile(lay: Layout) -> tuple[Callable[..., Any], Callable[..., Any]]:
                 f"        v{i} = D{i}",
             ]
             write += [f"    if C{i}({seen_w(i)}):", f"        T{i}.write({get[i]}, out)"]
+        elif type(t) is Array:  # inlined: the count, then the items' own read
+            ns[f"T{i}"], ns[f"N{i}"], ns[f"R{i}"] = t, t.count.st, t.item.read
+            size = t.count.size
+            read += [
+                f"    if pos + {size} > end:",
+                f"        raise WIRE.short({lay.name + ' ' + lay.names[i] + ' count'!r}, pos,"
+                f" {size}, end)",
+                f"    (n,) = N{i}.unpack_from(buf, pos)",
+                f"    pos += {size}",
+                f"    v{i} = []",
+                "    for _ in range(n):",
+                f"        x, pos = R{i}(buf, pos)",
+                f"        v{i}.append(x)",
+            ]
+            ns[f"W{i}"] = t.item.write
+            too_many = f"{lay.name} {lay.names[i]}: too many"
+            write += [
+                f"    x = {get[i]}",
+                "    try:",
+                f"        out.append(N{i}.pack(len(x)))",
+                "    except struct_error:",
+                f"        raise WIRE.local({too_many!r}) from None",
+                "    for y in x:",
+                f"        W{i}(y, out)",
+            ]
         else:
             ns[f"T{i}"] = t
             read.append(f"    v{i}, pos = T{i}.read(buf, pos)")

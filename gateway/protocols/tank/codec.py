@@ -199,7 +199,10 @@ class PartitionBundle(engine.Type):
         return ProducePartition(partition, bundle, base, info), pos + blen
 
     def write(self, value: ProducePartition, out: list[Buffer]) -> None:
-        UINT16.write(value.partition, out)
+        try:
+            out.append(U16.pack(value.partition))
+        except struct.error as exc:
+            raise LocalProtocolError(f"partition {value.partition!r}: {exc}") from None
         out.append(varint(len(value.bundle)))
         if self.with_seqnum:
             UINT64.write(value.base_seqnum, out)
