@@ -24,8 +24,9 @@ How to declare a message
 
    ``RELOAD.decode(payload)`` gives ``Reload(request_id=.., topic=.., partition=..)`` (a
    namedtuple made for the layout) and ``RELOAD.encode(value)`` gives the bytes back. Pass
-   ``cls=SomeDataclass`` to decode into an existing class instead (fields are passed by name and
-   read back by attribute, so the class's own field order does not matter).
+   ``cls=SomeDataclass`` to decode into an existing class instead (fields are matched to its
+   parameters by name and read back by attribute, so the class's own field order does not
+   matter). Each layout generates its own straight-line ``read`` and ``write`` when declared.
 
 4. Fields that depend on an earlier one are wrapped in :class:`When` (``When(lambda v:
    v["version"] >= 3, U8, default=0)``); a trailing field an older peer leaves out is
