@@ -301,6 +301,22 @@ CONSUMER_OFFSET = Layout(
     ConsumerOffsetRecord,
 )
 LOGIN = Layout("LoginResult", [("user_id", U32)], LoginResult)
+
+
+class LoginAnswer(Type):
+    """LOGIN_USER's answer: the user id; what a newer server sends after it (tokens) is
+    ignored, as the SDK does."""
+
+    __slots__ = ()
+
+    def read(self, buf: Buffer, pos: int) -> tuple[LoginResult, int]:
+        value, _ = LOGIN.read(buf, pos)
+        return value, len(buf)
+
+    def write(self, value: LoginResult, out: list[Buffer]) -> None:
+        LOGIN.write(value, out)
+
+
 CLIENT_GROUP = layout("ClientGroup", ("group_id", U32), ("topic_id", U32), ("stream_id", U32))
 CLIENT_BRIEF = Layout(
     "ClientRecord",
@@ -361,7 +377,7 @@ def _answers(dialect: Dialect) -> dict[int, Type]:
         "TopicDetails", [("topic", topic), ("partitions", AsTuple(Repeat(PARTITION)))], TopicDetails
     )
     return {
-        Code.LOGIN_USER: LOGIN,
+        Code.LOGIN_USER: LoginAnswer(),
         Code.GET_STATS: STATS,
         Code.GET_ME: ClientWithGroups(),
         Code.GET_CLIENT: ClientWithGroups(),
