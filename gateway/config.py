@@ -22,7 +22,6 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gateway.protocols.base import ListenerConfig
@@ -195,10 +194,6 @@ class GatewayConfig:
     backends: Mapping[str, BackendConfig] = field(default_factory=dict)
     routes: tuple[RouteConfig, ...] = ()
     source: str = "<defaults>"
-
-    @property
-    def data_path(self) -> Path:
-        return Path(self.server.data_dir)
 
 
 # ----------------------------------------------------------------------------- conversion

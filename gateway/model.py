@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -123,10 +123,6 @@ class RecordBatch:
         self._full = total
         self.max_timestamp_us = max_timestamp_us
         self._size = len(encoded) if encoded is not None else -1
-
-    @classmethod
-    def of(cls, records: Iterable[Record]) -> RecordBatch:
-        return cls(list(records))
 
     def __len__(self) -> int:
         return self._stop - self._start
