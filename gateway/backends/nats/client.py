@@ -184,7 +184,7 @@ class NatsClient:
                     data = await stream.receive_some(65536)
                     if not data:
                         raise unavailable("connection closed during handshake")
-                    parser.receive_data(data)
+                    parser.receive_data(bytes(data))  # no copy when it is bytes already
                     for ev in parser.events():
                         if isinstance(ev, Info):
                             info = ev.data
@@ -216,7 +216,7 @@ class NatsClient:
                     data = await stream.receive_some(65536)
                     if not data:
                         raise unavailable("connection closed during handshake")
-                    parser.receive_data(data)
+                    parser.receive_data(bytes(data))  # no copy when it is bytes already
                     events = parser.events()
                     for ev in events:
                         if isinstance(ev, Err):
@@ -277,7 +277,7 @@ class NatsClient:
             data = await stream.receive_some(1 << 18)
             if not data:
                 raise trio.BrokenResourceError("server closed the connection")
-            parser.receive_data(data)
+            parser.receive_data(bytes(data))  # no copy when it is bytes already
             delivered: list[Msg] = []
             for ev in parser.events():
                 if isinstance(ev, Msg):

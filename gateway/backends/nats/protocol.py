@@ -142,7 +142,7 @@ class ClientParser:
         self._pos = 0
         self._max = max_payload
 
-    def receive_data(self, data: bytes | bytearray) -> None:
+    def receive_data(self, data: bytes) -> None:
         if self._pos and self._pos == len(self._buf):
             self._buf.clear()
             self._pos = 0
