@@ -692,7 +692,7 @@ class IggyConnectionSession:
 
     def __init__(self, ctx: Any) -> None:
         self.session = IggySession(ctx)
-        self.conn = self
+        self.framing = self
         self.receive_data = self.session.conn.receive_data
         self.next_request = self.session.conn.next_frame
 

@@ -131,7 +131,7 @@ class Session:
         assert isinstance(cfg, Kafka08ListenerConfig)
         self.cfg = cfg
         self.log = ctx.log.bind(protocol=PROTOCOL, peer=ctx.peer)
-        self.conn = c.ServerConnection(cfg.max_frame_bytes)
+        self.conn = self.framing = c.ServerConnection(cfg.max_frame_bytes)
         self.receive_bytes = RECEIVE_BYTES
         self.codec = CODECS.get(cfg.fetch_compression, 0)
         self.node_id = cfg.node_id
