@@ -159,9 +159,15 @@ class Connection:
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``fn(*args)`` beside the reading: it may outlive the request (a parked consume,
         a pipelined produce, a call). It is waited for on drain, cancelled when the peer is
-        gone or the connection failed."""
+        gone or the connection failed; if it raises, the connection fails with that."""
         assert self._nursery is not None
-        self._nursery.start_soon(fn, *args)
+        self._nursery.start_soon(self._task, fn, args)
+
+    async def _task(self, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+        try:
+            await fn(*args)
+        except Exception as exc:
+            self.fail(exc)
 
     def stop(self) -> None:
         """End the connection's tasks now, nothing having failed (a session whose service
