@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec, lazy
 from gateway.protocols.kafka08.compression import CODECS
 
+API_VERSIONS_MODES = ("full", "0.8", "off")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
 
 @dataclass(frozen=True, slots=True)
 class Kafka08ListenerConfig(ListenerConfig):
@@ -20,16 +23,57 @@ class Kafka08ListenerConfig(ListenerConfig):
     fetch_compression: str = "none"
     """How Fetch answers carry records: "none", or one wrapper per partition in "gzip",
     "snappy" (xerial framing) or "lz4" (the 0.8.2 framing)."""
-    api_versions: bool = True
-    """Answer ApiVersions (key 18) with the 0.8.2 table, so unmodified modern clients fall back
-    to the v0 APIs (docs/protocols/kafka08.md). False: close on it like a real 0.8.2 broker."""
+    api_versions: str | bool = "full"
+    """Which Kafka this listener is: "full" answers ApiVersions with today's table and serves
+    today's APIs (``gateway.protocols.kafka``, docs/protocols/kafka.md); "0.8" answers with the
+    0.8.2 table, so modern clients fall back to the v0 APIs (docs/protocols/kafka08.md); "off"
+    closes on ApiVersions like a real 0.8.2 broker. The older spelling true means "0.8", false
+    "off"."""
     message_max_bytes: int = 1_000_012
     """Largest produced message (MessageSizeTooLarge, error 10, above it)."""
     node_id: int = 0
     """The broker id the gateway advertises in Metadata and ConsumerMetadata."""
 
+    sasl_mechanisms: tuple[str, ...] = ()
+    """SASL on this listener: any of "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512" (today's clients
+    only: SaslHandshake v1). Empty: no authentication."""
+    sasl_users: tuple[dict[str, str], ...] = ()
+    """``{ username, password }`` tables SASL checks against."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.api_versions, bool):  # the older spelling of this key
+            object.__setattr__(self, "api_versions", "0.8" if self.api_versions else "off")
+
     def validate(self) -> list[str]:
         problems = []
+        if self.api_versions not in API_VERSIONS_MODES:
+            problems.append(
+                f"api_versions: got {self.api_versions!r}, expected one of "
+                f"{', '.join(repr(m) for m in API_VERSIONS_MODES)}"
+            )
+        for mechanism in self.sasl_mechanisms:
+            if mechanism not in SASL_MECHANISMS:
+                problems.append(
+                    f"sasl_mechanisms: got {mechanism!r}, expected any of "
+                    f"{', '.join(SASL_MECHANISMS)}"
+                )
+        for i, user in enumerate(self.sasl_users):
+            if set(user) != {"username", "password"} or not all(
+                isinstance(v, str) and v for v in user.values()
+            ):
+                problems.append(
+                    f"sasl_users[{i}]: got keys {sorted(user)}, expected "
+                    "{ username, password } with non-empty strings"
+                )
+        if self.sasl_mechanisms and not self.sasl_users:
+            problems.append(
+                "sasl_users: got none with sasl_mechanisms set, expected at least one user"
+            )
+        if self.sasl_mechanisms and self.api_versions != "full":
+            problems.append(
+                f"sasl_mechanisms: set with api_versions {self.api_versions!r}, expected "
+                'api_versions "full" (SASL is one of today\'s APIs)'
+            )
         if self.fetch_compression not in CODECS:
             problems.append(
                 f"fetch_compression: got {self.fetch_compression!r}, expected one of "
@@ -50,6 +94,7 @@ PROTOCOL = ProtocolSpec(
     "kafka08",
     Kafka08ListenerConfig,
     lazy("gateway.protocols.kafka08.session", "handle_connection"),
-    "Kafka 0.8 (Produce/Fetch/Offsets/Metadata v0, OffsetCommit/Fetch v0-1, ConsumerMetadata)",
+    "Kafka 0.8 to today's clients (Produce v0/v3-9, Fetch v0/v4-13, Metadata v0-12, "
+    "ListOffsets, InitProducerId, SASL; OffsetCommit/Fetch v0-1, ConsumerMetadata)",
     authorization_error=False,
 )

@@ -372,11 +372,6 @@ class Request:
     client_id: str | None
     body: Any
 
-    @property
-    def expects_response(self) -> bool:
-        """False only for a Produce with acks 0."""
-        return not (self.api_key == ApiKey.PRODUCE and self.body.acks == 0)
-
 
 def decode_request_header(payload: Buffer) -> tuple[int, int, int, str | None, int]:
     """(api key, version, correlation id, client id, body position)."""

@@ -51,6 +51,9 @@ from gateway.observability import (
 )
 from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget
 from gateway.protocols.driver import Connection, drive
+from gateway.protocols.kafka import context as modern_context
+from gateway.protocols.kafka import dispatch as modern
+from gateway.protocols.kafka.frames import Frames, ModernRequest
 from gateway.protocols.kafka08 import Kafka08ListenerConfig
 from gateway.protocols.kafka08 import codec as c
 from gateway.protocols.kafka08.codec import ApiKey, Request
@@ -131,12 +134,13 @@ class Session:
         assert isinstance(cfg, Kafka08ListenerConfig)
         self.cfg = cfg
         self.log = ctx.log.bind(protocol=PROTOCOL, peer=ctx.peer)
-        self.conn = self.framing = c.ServerConnection(cfg.max_frame_bytes)
+        self.kctx = modern_context.KafkaContext.for_connection(ctx, self.log)
+        self.conn = self.framing = Frames(cfg.max_frame_bytes, modern.router(self.kctx))
         self.receive_bytes = RECEIVE_BYTES
         self.codec = CODECS.get(cfg.fetch_compression, 0)
         self.node_id = cfg.node_id
         self.message_max_bytes = cfg.message_max_bytes
-        self.api_versions = cfg.api_versions
+        self.api_versions = cfg.api_versions != "off"
         self.max_answer_bytes = cfg.max_answer_bytes
         self._duplicates_logged = False
         self._records_in = labelled(RECORDS_IN, PROTOCOL)
@@ -161,6 +165,8 @@ class Session:
         """Answer one request in order: a pipelined produce answers itself from its task; any
         other request waits until every earlier produce has answered. Answers to pipelined
         requests go out together, but never wait behind a long-polling Fetch."""
+        if isinstance(request, ModernRequest):
+            return await self._modern(request, io)
         if (
             request.api_key == ApiKey.PRODUCE
             and request.body.acks != 0
@@ -182,6 +188,19 @@ class Session:
         elif response is not None:
             io.answer(response)
         return True
+
+    async def _modern(self, request: ModernRequest, io: Connection) -> bool:
+        """Today's APIs (``gateway.protocols.kafka``), in order after every earlier produce."""
+        await self._wait_produces(0)
+        if request.api_key == ApiKey.FETCH:
+            await io.flush()
+        try:
+            answer = await modern.serve(self.kctx, request.payload)
+        except modern_context.CloseConnection:
+            return False
+        if answer is not None:
+            io.answer(answer)
+        return not self.kctx.closing  # e.g. a failed SASL exchange: answer, then close
 
     async def settle(self, io: Connection) -> None:
         """Before the last flush: every pipelined produce answers first."""

@@ -1,0 +1,111 @@
+"""Produce v3-v9 (v0 is the 0.8 session's fast path): one record batch v2 per partition, any
+codec, headers and timestamps kept; idempotent producers (producer id >= 0) go through the
+core's per-partition (producer id, epoch, sequence) check, so a retried batch is answered with
+its first offsets and stored once, and a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode as K
+
+from gateway.model import Acks, GatewayError, Produce
+from gateway.observability import RECORDS_IN, labelled, protocol_error
+from gateway.protocols.kafka.batches import (
+    NO_PRODUCER,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    InvalidBatch,
+    read_produced,
+)
+from gateway.protocols.kafka.codec import NO_THROTTLE, build, nested, response_class
+from gateway.protocols.kafka.context import PROTOCOL, KafkaContext, RequestHeader
+
+API = "produce"
+_RECORDS_IN = labelled(RECORDS_IN, PROTOCOL)
+
+
+def _acks(acks: int) -> Acks:
+    return Acks.NONE if acks == 0 else Acks.LEADER if acks == 1 else Acks.ALL
+
+
+async def handle(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
+    cls = response_class(0, header.api_version)
+    topic_cls = nested(cls, "TopicProduceResponse")
+    part_cls = nested(cls, "PartitionProduceResponse")
+    max_bytes = getattr(ctx.listener, "message_max_bytes", 1_000_012)
+    acks = _acks(request.acks)
+    timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
+    transactional = request.transactional_id is not None
+    topics = []
+    for t in request.topic_data:
+        parts = []
+        for p in t.partition_data:
+            code, base, message = await _one(
+                ctx, t.name, p.index, p.records, max_bytes, acks, timeout_ms, transactional
+            )
+            parts.append(
+                build(
+                    part_cls,
+                    index=p.index,
+                    error_code=K(code),
+                    base_offset=base,
+                    log_append_time=None,
+                    log_start_offset=-1,
+                    record_errors=(),
+                    error_message=message,
+                )
+            )
+        topics.append(build(topic_cls, name=t.name, partition_responses=tuple(parts)))
+    if request.acks == 0:
+        return None
+    return build(cls, responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+async def _one(
+    ctx: KafkaContext,
+    topic: str,
+    partition: int,
+    records: bytes | None,
+    max_bytes: int,
+    acks: Acks,
+    timeout_ms: int,
+    transactional: bool,
+) -> tuple[int, int, str | None]:
+    """(error code, base offset, error message) of one partition's batch."""
+    if transactional:
+        protocol_error(
+            ctx.log,
+            PROTOCOL,
+            "transactional_produce",
+            topic=topic,
+            error="transactions are not supported",
+        )
+        ctx.count(API, str(TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "transactions are not supported"
+    try:
+        produced = read_produced(records or b"", max_bytes)
+    except InvalidBatch as exc:
+        protocol_error(ctx.log, PROTOCOL, "invalid_batch", topic=topic, error=str(exc))
+        ctx.count(API, str(exc.code))
+        return exc.code, -1, str(exc)
+    idempotent = produced.producer_id != NO_PRODUCER
+    try:
+        result = await ctx.core.execute(
+            Produce(
+                topic,
+                produced.batch,
+                partition,
+                acks=acks,
+                producer_id=produced.producer_id if idempotent else None,
+                producer_epoch=produced.producer_epoch,
+                sequence=produced.base_sequence if idempotent else None,
+                timeout_ms=timeout_ms,
+            )
+        )
+    except GatewayError as exc:
+        return ctx.error(API, exc, topic=topic, partition=partition), -1, exc.message
+    append = result.appends[0]
+    if not append.duplicate:
+        _RECORDS_IN.inc(produced.batch.count)
+    ctx.count(API, "ok")
+    return 0, append.base_offset, None
