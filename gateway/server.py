@@ -22,6 +22,7 @@ import trio
 from prometheus_client import Gauge
 
 from gateway import proxy_protocol
+from gateway.allocator import tune_allocator
 from gateway.backends import get_backend_spec
 from gateway.backends.base import Backend
 from gateway.config import ConfigError, GatewayConfig, load_config
@@ -282,6 +283,7 @@ class Server:
                         await acceptors.start(self._watch_signals)
                     if freeze_heap:
                         freeze_startup_heap()
+                        tune_allocator(log)  # the serving process: large buffers reused
                     self.ready = True
                     line = self.listening_line()
                     if announce:
