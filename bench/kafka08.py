@@ -8,7 +8,8 @@ partition from offset 0, its first (Fetch v0, 1 MiB per fetch). Records/s = N / 
 kcat process (producer: kcat -P -l FILE with acks=1, linger 5 ms, 10,000-message batches;
 consumer: kcat -C -o 0 -c N -e). Records per gateway CPU-second = N / CPU time the gateway process
 used in the phase. Baseline: Core.execute(Produce) of 10,000-record batches, then
-Core.execute(Fetch) of 1 MiB until N records were returned, records materialised.
+Core.execute(Fetch) of 1 MiB until N records were returned, records materialised, with the
+allocator settings of ``gateway serve`` (gateway/allocator.py).
 
 The consumer starts at offset 0 rather than ``-o beginning`` (the same records on a new topic):
 with a logical start offset librdkafka first asks for it (ListOffsets), and when its partition
@@ -49,6 +50,7 @@ from bench.common import (  # noqa: E402
     gateway_process,
     kcat_08_commands,
 )
+from gateway.allocator import tune_allocator  # noqa: E402
 from gateway.config import parse_config  # noqa: E402
 from gateway.model import CreateTopic, Fetch, Produce, Record, RecordBatch, now_us  # noqa: E402
 from gateway.server import build_backends, build_core  # noqa: E402
@@ -160,6 +162,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="produce: best of this many runs")
     parser.add_argument("--fetch-runs", type=int, default=5, help="fetch: median of this many")
     args = parser.parse_args()
+    tune_allocator()  # the baseline runs with the allocator settings of `gateway serve`
     n = args.records
     backends = ["embedded", "memory"] if args.backend == "both" else [args.backend]
     print(__doc__.split("\n\n")[1].replace("\n", " "))
