@@ -29,25 +29,32 @@ _OPERATOR_KNOBS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TU
 
 
 def tune_allocator(log: Any = None) -> bool:
-    """Set the thresholds (glibc only, unless the operator set them); whether they were set."""
+    """Set the thresholds (glibc only, unless the operator set them); whether they were set.
+    With ``log``, one ``allocator_tuned`` line says which."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    if any(os.environ.get(knob) for knob in _OPERATOR_KNOBS):
-        return False
+        ok, why = False, "not glibc"
+    elif any(os.environ.get(knob) for knob in _OPERATOR_KNOBS):
+        ok, why = False, "glibc settings in the environment"
+    else:
+        ok, why = _mallopt(), ""
+    if log is not None:
+        log.info(
+            "allocator_tuned",
+            set=ok,
+            reason=why or None,
+            mmap_threshold=MMAP_THRESHOLD,
+            trim_threshold=TRIM_THRESHOLD,
+        )
+    return ok
+
+
+def _mallopt() -> bool:
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    ok = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
-    if log is not None:
-        log.info(
-            "allocator_tuned",
-            set=ok,
-            mmap_threshold=MMAP_THRESHOLD,
-            trim_threshold=TRIM_THRESHOLD,
-        )
-    return ok

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from gateway.allocator import tune_allocator
+from tests.support import GatewayProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHURN = """
 import resource, sys
 from gateway.allocator import tune_allocator
+from tests.support import GatewayProcess
 tuned = tune_allocator() if sys.argv[1] == "tune" else False
 def fetch(i):
     read = bytes([i % 251]) * 1_200_000
@@ -58,3 +60,13 @@ def test_operator_settings_are_left_alone(monkeypatch) -> None:
         monkeypatch.setenv(knob, "1048576")
         assert tune_allocator() is False
         monkeypatch.delenv(knob)
+
+
+def test_gateway_serve_applies_it_once_at_start(tmp_path: Path) -> None:
+    for name, env, applied in (("plain", {}, True), ("knob", {"GLIBC_TUNABLES": "x=1"}, False)):
+        gw = GatewayProcess(tmp_path / name, server={"log_level": "info"}, env=env)
+        with gw:
+            assert gw.addresses  # it listens: the start is over
+        lines = [line for line in gw.log_text().splitlines() if "allocator_tuned" in line]
+        assert len(lines) == 1, lines
+        assert (f'"set": {str(applied).lower()}' in lines[0]) or (f"set={applied}" in lines[0])
