@@ -57,7 +57,7 @@ from gateway.server import build_backends, build_core  # noqa: E402
 
 VALUE_BYTES = 100
 BASELINE_BATCH = 10_000
-TARGETS = {"produce": 150_000, "fetch": 300_000}
+TARGETS = {"produce": 150_000, "fetch": 400_000}
 
 
 def kcat() -> str:
