@@ -55,7 +55,7 @@ class KafkaConfig:
     isolation: str = "read_committed"  # or "read_uncommitted": see gateway.backends.kafka
     compression: str = "none"  # of the batches the gateway writes: none|gzip|snappy|lz4|zstd
     idempotence: bool = True  # producer id + sequences: a retried produce is stored once
-    delivery_timeout_ms: int = 30_000  # an idempotent produce is retried until this long
+    delivery_timeout_ms: int = 20_000  # an idempotent produce is retried until this long
     # TLS to the brokers (tls = true, or implied by any of the files)
     tls: bool = False
     tls_ca_file: str = ""  # PEM bundle to trust; "" = the system's

@@ -131,8 +131,10 @@ class IdempotentProducer:
         if version is None:
             self._turn_off(f"the cluster's InitProducerId versions are {lo}-{hi}")
             return
-        request = _request(version, self.producer_id, self.epoch, bump)
-        response = await self._call(request)
+        response = await self._call(_request(version, self.producer_id, self.epoch, bump))
+        if bump and version >= 3 and int(response.error_code):
+            # the broker forgot the producer (an in-memory broker restarted): a new id
+            response = await self._call(_request(version, -1, -1, False))
         err = KErr(int(response.error_code))
         if err is not KErr.none:
             if err in (KErr.coordinator_not_available, KErr.coordinator_load_in_progress):
@@ -194,6 +196,14 @@ class IdempotentProducer:
         stamp = Stamp(self.producer_id, self.epoch, p.next_seq)
         p.next_seq = (p.next_seq + count) % SEQUENCE_WRAP
         return stamp_producer(data, stamp.producer_id, stamp.epoch, stamp.sequence), stamp
+
+    def give_back(self, p: _Partition, stamp: Stamp, count: int) -> bool:
+        """Return the sequences of a batch that was never written, when no later batch took
+        any since; whether they were returned."""
+        if not self.current(stamp) or p.next_seq != (stamp.sequence + count) % SEQUENCE_WRAP:
+            return False
+        p.next_seq = stamp.sequence
+        return True
 
     def current(self, stamp: Stamp) -> bool:
         return (stamp.producer_id, stamp.epoch) == (self.producer_id, self.epoch)

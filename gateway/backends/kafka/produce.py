@@ -81,6 +81,7 @@ class Producer:
         stamp: Stamp | None = None
         stamped = b""
         notify = on_sent
+        sent = False  # some attempt was written (the broker may have stored the batch)
         attempt = 0
         try:
             while True:
@@ -89,7 +90,8 @@ class Producer:
 
                 def written() -> None:
                     # the batch is on the wire: the partition's next batch may take its turn
-                    nonlocal held, notify
+                    nonlocal held, notify, sent
+                    sent = True
                     if held:
                         held = False
                         p.lock.release()
@@ -141,6 +143,8 @@ class Producer:
                 assert error is not None
                 if error.code not in RETRY_CODES:
                     raise error
+                if not sent and idem.give_back(p, stamp, count):
+                    raise error  # never written: nothing to retry, the sequence is free again
                 pause = min(BACKOFF_S * (1 << attempt), BACKOFF_MAX_S)
                 if trio.current_time() + pause > deadline:
                     raise error
