@@ -79,6 +79,29 @@ async def test_a_produce_whose_answer_is_lost_is_stored_once(nursery, tmp_path):
         relay.close()
 
 
+async def test_concurrent_produces_through_a_lost_connection_are_each_stored_once(
+    nursery, tmp_path
+):
+    """Thirty appends to one partition at once: the connection drops with several of them in
+    flight; they are sent again (in sequence order, or after OUT_OF_ORDER_SEQUENCE_NUMBER
+    until the earlier ones are in) and each record is in the partition once."""
+    relay = KafkaRelay(drop_first_produce_answer=True)
+    try:
+        with kafka_gateway_behind(relay, tmp_path) as gw:
+            backend = await opened(nursery, relay.bootstrap)
+            await backend.create_topic("many", 1)
+            async with trio.open_nursery() as appends:
+                for i in range(30):
+                    appends.start_soon(backend.append, "many", 0, RecordBatch(records(1, i)))
+            assert relay.dropped.is_set()
+            got = await trio.to_thread.run_sync(read_back, gw, "many")
+            assert [o for o, _ in got] == list(range(30))
+            assert sorted(v for _, v in got) == sorted(f"v{i}" for i in range(30))
+            await backend.close()
+    finally:
+        relay.close()
+
+
 async def test_without_idempotence_a_lost_answer_is_the_clients_error(nursery, tmp_path):
     """The same loss with ``idempotence = false``: not retried (a retry could store the batch
     twice), the error goes back; the batch was stored nonetheless."""
