@@ -23,7 +23,7 @@ from gateway.backends.kafka import KafkaBackend, KafkaConfig
 from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
 from gateway.observability import REGISTRY
 from tests.backends.kafka_relay import KafkaRelay
-from tests.backends.servers import TansuServer
+from tests.backends.servers import TansuServer, http_json
 from tests.backends.test_kafka_real_cluster import KCAT_08, kcat_08
 from tests.protocols.kafka.conftest import confluent
 from tests.support import GatewayProcess
@@ -210,6 +210,11 @@ def test_a_cluster_without_producer_ids_gets_plain_produces_and_one_log_line(
             )
             assert done.returncode == 0, done.stderr[-2000:]
         assert kcat_08(gw, "fallback") == [(0, "one"), (1, "two"), (2, "three")]
+        _, status = http_json("GET", gw.admin_url + "/v1/status")
+        (k,) = [b for b in status["backends"] if b["name"] == "k"]
+        assert k["idempotence"] == (
+            "off (the cluster answered InitProducerId with UNKNOWN_SERVER_ERROR)"
+        )
         with urllib.request.urlopen(gw.admin_url + "/metrics", timeout=10) as resp:
             assert 'gateway_kafka_idempotent{backend="k"} 0.0' in resp.read().decode()
     finally:

@@ -15,6 +15,10 @@ Mapping
   the round trip is exact and Kafka consumers see the right millisecond timestamp. Fetched
   batches of every codec are read. Control batches of transactions are skipped; under
   ``isolation = "read_committed"`` (the default) records of aborted transactions are dropped.
+- **Idempotent produce** (``idempotence = true``): a producer id from InitProducerId and a
+  sequence per partition in every batch; a produce whose answer was lost is sent again with the
+  same sequence, so the broker stores it once; a cluster that gives no producer id gets plain
+  produces (one log line). See ``idempotence.py`` and ``produce.py``.
 - **Offsets are increasing, not dense**: a read returns one batch per run of consecutive
   offsets, each record at the offset the cluster gave it; a read inside a gap gets the records
   after it.

@@ -83,6 +83,7 @@ class Producer:
         notify = on_sent
         sent = False  # some attempt was written (the broker may have stored the batch)
         attempt = 0
+        unsent = 0  # failures before any attempt was written
         try:
             while True:
                 held = True
@@ -124,6 +125,7 @@ class Producer:
                     if held:
                         held = False
                         p.lock.release()
+                assert stamp is not None
                 if code:
                     err = KErr(code)
                     if err is KErr.duplicate_sequence_number:
@@ -143,8 +145,11 @@ class Producer:
                 assert error is not None
                 if error.code not in RETRY_CODES:
                     raise error
-                if not sent and idem.give_back(p, stamp, count):
-                    raise error  # never written: nothing to retry, the sequence is free again
+                if not sent:
+                    unsent += 1  # once more on a new connection (the old one broke), then
+                    # the error: the cluster is down, as the client sees without idempotence
+                    if unsent > 1 and idem.give_back(p, stamp, count):
+                        raise error  # never written: its sequences are free again
                 pause = min(BACKOFF_S * (1 << attempt), BACKOFF_MAX_S)
                 if trio.current_time() + pause > deadline:
                     raise error
