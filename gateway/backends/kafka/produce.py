@@ -130,6 +130,8 @@ class Producer:
                     err = KErr(code)
                     if err is KErr.duplicate_sequence_number:
                         return UNKNOWN_OFFSET  # stored before, and its answer was lost
+                    if not idem.current(stamp) and trio.current_time() < deadline:
+                        continue  # refused under an epoch reset since: again under the new one
                     if err is KErr.out_of_order_sequence_number and idem.earlier_in_flight(
                         p, stamp
                     ):
