@@ -16,7 +16,8 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode as KErr
 from kio.schema.produce.v7 import request as produce_req
-from kio.static.primitive import i16, i32
+from kio.schema.types import TopicName
+from kio.static.primitive import Records, i16, i32
 
 from gateway.backends.kafka.cluster import KafkaCluster, TopicMeta, kafka_error, ms
 from gateway.backends.kafka.idempotence import RESET_ERRORS, IdempotentProducer, Stamp
@@ -97,7 +98,8 @@ class Producer:
                         held = False
                         p.lock.release()
                     if notify is not None:
-                        notify, callback = None, notify
+                        callback = notify
+                        notify = None
                         callback()
 
                 error: GatewayError | None = None
@@ -168,9 +170,11 @@ class Producer:
             timeout=ms(self.config.request_timeout_ms),
             topic_data=(
                 produce_req.TopicProduceData(
-                    name=topic,
+                    name=TopicName(topic),
                     partition_data=(
-                        produce_req.PartitionProduceData(index=i32(partition), records=data),
+                        produce_req.PartitionProduceData(
+                            index=i32(partition), records=Records.parse(data)
+                        ),
                     ),
                 ),
             ),
