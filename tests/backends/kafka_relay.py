@@ -1,7 +1,8 @@
 """A TCP relay between the Kafka backend and a broker (test code: threads, blocking sockets) that
 forwards Kafka frames both ways and can (a) close the connection in place of forwarding the first
-Produce answer, as a network failure after the broker stored the batch, and (b) lower the highest
-InitProducerId version the broker advertises in its ApiVersions (v0) answer, as an older broker."""
+(or every) Produce answer, as a network failure after the broker stored the batch, and (b) lower
+the highest InitProducerId version the broker advertises in its ApiVersions (v0) answer, as an
+older broker."""
 
 from __future__ import annotations
 
@@ -17,11 +18,17 @@ INIT_PRODUCER_ID = 22
 
 
 class KafkaRelay:
-    def __init__(self, drop_first_produce_answer: bool = False, init_producer_id_max: int = -1):
+    def __init__(
+        self,
+        drop_first_produce_answer: bool = False,
+        init_producer_id_max: int = -1,
+        drop_every_produce_answer: bool = False,
+    ):
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.drop = drop_first_produce_answer
+        self.drop = drop_first_produce_answer or drop_every_produce_answer
+        self.drop_all = drop_every_produce_answer
         self.init_max = init_producer_id_max  # -1: as the broker says
         self.target: tuple[str, int] | None = None
         self.dropped = threading.Event()
@@ -66,7 +73,7 @@ class KafkaRelay:
                 api = apis.pop(corr, None)
                 if api == PRODUCE and self.drop:
                     with self._lock:
-                        drop = not self.dropped.is_set()
+                        drop = self.drop_all or not self.dropped.is_set()
                         self.dropped.set()
                     if drop:
                         break  # the batch is stored; the backend never hears so

@@ -102,6 +102,29 @@ async def test_concurrent_produces_through_a_lost_connection_are_each_stored_onc
         relay.close()
 
 
+async def test_retries_stop_at_the_delivery_timeout_and_the_batch_is_stored_once(nursery, tmp_path):
+    """Every Produce answer lost: the batch is sent again and again (stored once: each retry
+    is recognised) until ``delivery_timeout_ms``, then the client gets the retriable error and
+    the budget hit is counted."""
+    relay = KafkaRelay(drop_every_produce_answer=True)
+    labels = {"limit": "delivery_timeout_ms", "protocol": "server"}
+    before = REGISTRY.get_sample_value("gateway_limit_hits_total", labels) or 0
+    try:
+        with kafka_gateway_behind(relay, tmp_path) as gw:
+            backend = await opened(nursery, relay.bootstrap, delivery_timeout_ms=1500)
+            await backend.create_topic("lost", 1)
+            with trio.fail_after(15), pytest.raises(GatewayError) as info:
+                await backend.append("lost", 0, RecordBatch(records(3)))
+            assert info.value.code is ErrorCode.BACKEND_UNAVAILABLE
+            assert relay.produces >= 3
+            assert REGISTRY.get_sample_value("gateway_limit_hits_total", labels) == before + 1
+            got = await trio.to_thread.run_sync(read_back, gw, "lost")
+            assert got == [(0, "v0"), (1, "v1"), (2, "v2")]
+            await backend.close()
+    finally:
+        relay.close()
+
+
 async def test_without_idempotence_a_lost_answer_is_the_clients_error(nursery, tmp_path):
     """The same loss with ``idempotence = false``: not retried (a retry could store the batch
     twice), the error goes back; the batch was stored nonetheless."""

@@ -19,10 +19,11 @@ from kio.schema.produce.v7 import request as produce_req
 from kio.schema.types import TopicName
 from kio.static.primitive import Records, i16, i32
 
-from gateway.backends.kafka.cluster import KafkaCluster, TopicMeta, kafka_error, ms
+from gateway.backends.kafka.cluster import KafkaCluster, TopicMeta, kafka_error, log, ms
 from gateway.backends.kafka.idempotence import RESET_ERRORS, IdempotentProducer, Stamp
 from gateway.backends.kafka.sasl import LoginRefused
 from gateway.model import ErrorCode, GatewayError
+from gateway.observability import limit_hit
 
 PartitionError = Callable[[str, int, Any, str], Awaitable[GatewayError]]
 RETRY_CODES = (ErrorCode.BACKEND_UNAVAILABLE, ErrorCode.TIMEOUT)
@@ -141,7 +142,7 @@ class Producer:
                         error = GatewayError(ErrorCode.BACKEND_UNAVAILABLE, f"{what}: {err.name}")
                     elif err in RESET_ERRORS or err is KErr.out_of_order_sequence_number:
                         if trio.current_time() > deadline:
-                            raise kafka_error(err, what)
+                            raise self._expired(kafka_error(err, what), topic, partition)
                         await idem.reset(stamp, err.name)
                         continue  # at once, with the new epoch (no backoff: nothing is wrong)
                     else:
@@ -156,12 +157,25 @@ class Producer:
                         raise error  # never written: its sequences are free again
                 pause = min(BACKOFF_S * (1 << attempt), BACKOFF_MAX_S)
                 if trio.current_time() + pause > deadline:
-                    raise error
+                    raise self._expired(error, topic, partition)
                 attempt += 1
                 await trio.sleep(pause)
         finally:
             if stamp is not None:
                 p.in_flight.discard(stamp)
+
+    def _expired(self, error: GatewayError, topic: str, partition: int) -> GatewayError:
+        """``delivery_timeout_ms`` ran out: counted, logged (rate-limited), the last error."""
+        limit_hit(
+            "delivery_timeout_ms",
+            "server",
+            log,
+            backend=self.cluster.name,
+            topic=topic,
+            partition=partition,
+            error=error.message,
+        )
+        return error
 
     def _request(self, topic: str, partition: int, data: bytes) -> Any:
         return produce_req.ProduceRequest(
