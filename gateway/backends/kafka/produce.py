@@ -3,9 +3,10 @@
 With idempotence on (see ``idempotence.py``) a produce that fails in a way that may not have
 reached the log (the connection dropped, no answer within ``request_timeout_ms``, a retriable
 broker error such as NOT_LEADER_OR_FOLLOWER) is sent again, with the same producer fields and
-sequence, until ``delivery_timeout_ms`` after the first send: the broker stores it once. With
-idempotence off a produce is sent once and its failure goes back to the client, as a retry could
-store it twice.
+sequence, until ``delivery_timeout_ms`` after the first send: the broker stores it once. A
+produce never written (no connection) is tried once more on a new connection, then fails at once
+with its sequences given back when no later batch took any. With idempotence off a produce is
+sent once and its failure goes back to the client, as a retry could store it twice.
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ class Producer:
                         if trio.current_time() > deadline:
                             raise self._expired(kafka_error(err, what), topic, partition)
                         await idem.reset(stamp, err.name)
+                        if not idem.on:  # the cluster no longer gives producer ids
+                            raise kafka_error(err, what)
                         continue  # at once, with the new epoch (no backoff: nothing is wrong)
                     else:
                         error = await self._partition_error(topic, partition, code, what)
