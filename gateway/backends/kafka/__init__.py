@@ -36,8 +36,9 @@ Mapping
   instances on one cluster see each other's writes.
 - **Protocol**: one pinned version of each API, inside both Kafka 2.1's and 4.x's ranges
   (Produce v7, Fetch v10, ListOffsets v4, Metadata v7, OffsetCommit v6, OffsetFetch v5,
-  FindCoordinator v2, CreateTopics v3, DeleteTopics v3, CreatePartitions v1), checked against the
-  broker's ApiVersions at connect; requests and responses are kio's types. A broker without
+  FindCoordinator v2, CreateTopics v3, DeleteTopics v3, CreatePartitions v1; InitProducerId at the
+  highest of v4..v0 the broker has), checked against the broker's ApiVersions at connect;
+  requests and responses are kio's types. A broker without
   CreatePartitions (Tansu 0.6) turns the ``topic_admin`` capability off (the conformance suite
   treats adding partitions and deleting topics as one capability). Kafka cannot delete
   partitions (UNSUPPORTED). Produce and Fetch go to the partition leader from Metadata.
