@@ -93,6 +93,7 @@ class IggyUpstream(UpstreamBackend):
     capabilities = upstream_capabilities(
         keys=False,
         timestamps=False,
+        groups="gateway",  # groups in this process, as before (the broker's: not mapped yet)
     )
 
     async def _connect(self) -> IggyClient:

@@ -65,6 +65,7 @@ class LiftbridgeUpstream(UpstreamBackend):
         topic_admin=False,
         delete_topics=True,
         delete_partitions=False,
+        groups="gateway",  # groups in this process, as before (the broker's: not mapped yet)
     )
 
     async def _connect(self) -> LiftbridgeClient:

@@ -1,0 +1,161 @@
+"""Consumer groups on upstream backends: the broker's own groups where its protocol has them
+(Cursus), so two gateways on one broker form one group; a clear refusal where it has none (TANK,
+Kafka 0.8), committed offsets still working; ``local_groups`` keeps them in the gateway."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from gateway.core.engine import Core
+from gateway.model import CommitOffset, ErrorCode, FetchOffset, GatewayError, JoinGroup
+from gateway.protocols.cursus.client import CursusClient, assignments
+from tests.backends.upstream import provision_on_second_gateway, upstream_factory
+from tests.support import GatewayProcess
+
+PARTITIONS = 6
+
+
+def upstream_backend(gw: GatewayProcess, protocol: str, **extra: Any) -> dict[str, Any]:
+    host, port = gw.address(protocol)
+    return {"default": {"type": "upstream", "protocol": protocol, "address": f"{host}:{port}"}}
+
+
+def describe(gw: GatewayProcess, group: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{gw.admin_url}/v1/groups/{group}", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+class Member:
+    """A Cursus group member speaking to one gateway: join, then heartbeat, joining again on
+    GEN_MISMATCH as cursus clients do."""
+
+    def __init__(self, client: CursusClient, name: str) -> None:
+        self.client, self.name = client, name
+        self.member = name
+        self.generation = 0
+
+    async def join(self) -> None:
+        reply = await self.client.text(f"JOIN_GROUP topic=t group=g member={self.member}")
+        found = re.search(r"generation=(\d+) member=(\S+)", reply)
+        assert found, reply
+        self.generation, self.member = int(found.group(1)), found.group(2)
+
+    async def heartbeat(self) -> bool:
+        """True when the member is in the current generation; else it joins again."""
+        reply = await self.client.text(
+            f"HEARTBEAT topic=t group=g member={self.member} generation={self.generation}"
+        )
+        if reply == "OK":
+            return True
+        assert "GEN_MISMATCH" in reply or "member_not_found" in reply, reply
+        await self.join()
+        return False
+
+    async def assignment(self) -> list[int]:
+        reply = await self.client.text(
+            f"SYNC_GROUP topic=t group=g member={self.member} generation={self.generation}"
+        )
+        assert reply.startswith("OK"), reply
+        return assignments(reply)
+
+
+def test_two_gateways_on_one_cursus_upstream_form_one_group(tmp_path: Path) -> None:
+    listeners = {"cursus": {"session_timeout_ms": 5000}}
+    with GatewayProcess(tmp_path / "up", listeners={"cursus": {}}, name="up") as up:
+        backends = upstream_backend(up, "cursus")
+        with (
+            GatewayProcess(tmp_path / "a", listeners=listeners, backends=backends, name="a") as a,
+            GatewayProcess(tmp_path / "b", listeners=listeners, backends=backends, name="b") as b,
+        ):
+
+            async def main() -> tuple[list[list[int]], int]:
+                async with (
+                    await CursusClient.connect(*a.address("cursus")) as ca1,
+                    await CursusClient.connect(*a.address("cursus")) as ca2,
+                    await CursusClient.connect(*b.address("cursus")) as cb1,
+                ):
+                    reply = await ca1.text(f"CREATE topic=t partitions={PARTITIONS}")
+                    assert f"now has {PARTITIONS} partitions" in reply, reply
+                    members = [Member(ca1, "a1"), Member(cb1, "b1"), Member(ca2, "a2")]
+                    for m in members:
+                        await m.join()
+                    with trio.fail_after(30):
+                        while True:
+                            if all([await m.heartbeat() for m in members]):
+                                break
+                            await trio.sleep(0.05)
+                    assert len({m.generation for m in members}) == 1
+                    return [await m.assignment() for m in members], members[0].generation
+
+            owned, generation = trio.run(main)
+            every = sorted(p for parts in owned for p in parts)
+            assert every == list(range(PARTITIONS)), owned  # disjoint, covering all
+            assert all(parts for parts in owned), owned  # three members, six partitions
+            # both gateways describe the broker's one group: same generation and assignment
+            views = [describe(gw, "g") for gw in (a, b)]
+            for view in views:
+                assert view["generation"] == generation, view
+                got = sorted(sorted(p for _, p in m["assignment"]) for m in view["members"])
+                assert got == sorted(sorted(parts) for parts in owned), view
+            # the broker holds the group: its own view, under the gateways' topic prefix
+            upstream = describe(up, "g")
+            assert upstream["generation"] == generation and len(upstream["members"]) == 3
+
+
+@pytest.mark.parametrize("protocol", ["tank", "kafka08"])
+def test_a_join_on_an_upstream_without_groups_is_refused(tmp_path: Path, protocol: str) -> None:
+    with GatewayProcess(tmp_path / "up", listeners={protocol: {}, "cursus": {}}, name="up") as up:
+        with GatewayProcess(
+            tmp_path / "a", listeners={"cursus": {}}, backends=upstream_backend(up, protocol)
+        ) as a:
+
+            async def main() -> list[str]:
+                async with await CursusClient.connect(*up.address("cursus")) as admin:
+                    reply = await admin.text("CREATE topic=t partitions=2")
+                    assert "now has 2 partitions" in reply, reply
+                async with await CursusClient.connect(*a.address("cursus")) as client:
+                    return [
+                        await client.text("JOIN_GROUP topic=t group=g member=m") for _ in range(3)
+                    ]
+
+            replies = trio.run(main)
+            for reply in replies:
+                assert reply.startswith("ERROR: unsupported:"), reply
+                assert "has no consumer groups its gateways could share" in reply, reply
+            deadline = time.monotonic() + 10
+            while "group_join_refused" not in a.log_text():
+                assert time.monotonic() < deadline, a.log_text()[-2000:]
+                time.sleep(0.1)
+            assert a.log_text().count("group_join_refused") == 1  # once, not per join
+            assert "Traceback" not in a.log_text()
+
+
+async def test_kafka08_upstream_refuses_membership_but_keeps_committed_offsets(
+    tmp_path: Path,
+) -> None:
+    async with upstream_factory("kafka08")(tmp_path) as backend:
+        await provision_on_second_gateway(backend, "t", 2)
+        core = Core({"up": backend}, [("*", "up")])
+        with pytest.raises(GatewayError) as refused:
+            await core.execute(JoinGroup("g", ("t",), session_timeout_ms=5000))
+        assert refused.value.code is ErrorCode.UNSUPPORTED
+        await core.execute(CommitOffset("g", "t", 1, 17, "meta"))
+        got = await core.execute(FetchOffset("g", "t", 1))
+        assert (got.offset, got.metadata) == (17, "meta")
+
+
+async def test_local_groups_keeps_groups_in_the_gateway(tmp_path: Path) -> None:
+    async with upstream_factory("tank")(tmp_path, local_groups=True) as backend:
+        await backend.create_topic("t", 2, ())
+        core = Core({"up": backend}, [("*", "up")])
+        joined = await core.execute(JoinGroup("g", ("t",), session_timeout_ms=5000))
+        assert joined.members == (joined.member_id,)
+        assert joined.generation == 1
