@@ -15,8 +15,20 @@ import pytest
 import trio
 
 from gateway.core.engine import Core
-from gateway.model import CommitOffset, ErrorCode, FetchOffset, GatewayError, JoinGroup
+from gateway.model import (
+    CommitOffset,
+    DescribeGroup,
+    ErrorCode,
+    FetchOffset,
+    GatewayError,
+    JoinGroup,
+    LeaveGroup,
+    SyncGroup,
+)
+from gateway.observability import LIMIT_HITS
 from gateway.protocols.cursus.client import CursusClient, assignments
+from gateway.protocols.iggy import codec as c
+from gateway.protocols.iggy.client import IggyClient
 from tests.backends.upstream import provision_on_second_gateway, upstream_factory
 from tests.support import GatewayProcess
 
@@ -159,3 +171,102 @@ async def test_local_groups_keeps_groups_in_the_gateway(tmp_path: Path) -> None:
         joined = await core.execute(JoinGroup("g", ("t",), session_timeout_ms=5000))
         assert joined.members == (joined.member_id,)
         assert joined.generation == 1
+
+
+def owners(view: dict[str, Any]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for m in view["members"]:
+        for _, p in m["assignment"]:
+            out.setdefault(p, []).append(m["member_id"])
+    return out
+
+
+def test_two_gateways_on_one_iggy_upstream_form_one_group(tmp_path: Path) -> None:
+    """Iggy members (connections) joined through two gateways are members of the broker's one
+    group: each partition is polled by exactly one of them and every record read once."""
+    with GatewayProcess(tmp_path / "up", listeners={"iggy": {}}, name="up") as up:
+        backends = upstream_backend(up, "iggy")
+        with (
+            GatewayProcess(
+                tmp_path / "a", listeners={"iggy": {}}, backends=backends, name="a"
+            ) as a,
+            GatewayProcess(
+                tmp_path / "b", listeners={"iggy": {}}, backends=backends, name="b"
+            ) as b,
+        ):
+
+            async def main() -> dict[int, set[bytes]]:
+                where = [a, b, a]
+                clients = [await IggyClient.connect(*gw.address("iggy")) for gw in where]
+                s, t = c.Identifier("s"), c.Identifier("t")
+                await clients[0].call(c.CreateStream(1, "s"))
+                await clients[0].call(c.CreateTopic(s, 1, PARTITIONS, 0, "t"))
+                for cl in clients[:2]:  # the group, in each gateway's Iggy registry
+                    await cl.call(c.CreateConsumerGroup(s, t, 7))
+                for cl in clients:
+                    await cl.call(c.JoinConsumerGroup(s, t, 7))
+                records = [c.Message(0, b"r%d" % i) for i in range(60)]
+                for p in range(PARTITIONS):  # ten records in each partition
+                    part = c.Partitioning.partition_id(p + 1)
+                    await clients[0].send_messages("s", "t", records[p::PARTITIONS], part)
+                with trio.fail_after(30):
+                    while True:
+                        views = [await trio.to_thread.run_sync(describe, gw, "7") for gw in (a, b)]
+                        own = owners(views[0])
+                        if (
+                            len(views[0]["members"]) == 3
+                            and views[0]["generation"] == views[1]["generation"]
+                            and sorted(own) == list(range(PARTITIONS))
+                            and all(len(v) == 1 for v in own.values())
+                        ):
+                            break
+                        await trio.sleep(0.1)
+                assert owners(views[1]) == {p: [m] for p, [m] in owners(views[1]).items()}
+                assert sorted(owners(views[1])) == list(range(PARTITIONS))
+                group = c.Consumer(c.ConsumerKind.CONSUMER_GROUP, c.Identifier(7))
+                # each poll reads the member's next partition (from offset 0: committed offsets
+                # are not kept by an Iggy upstream): PARTITIONS polls see all of the member's
+                got: dict[int, set[bytes]] = {}
+                for i, cl in enumerate(clients):
+                    got[i] = set()
+                    for _ in range(PARTITIONS):
+                        polled = await cl.poll(
+                            "s", "t", 0, c.PollingKind.OFFSET, 0, 100, consumer=group
+                        )
+                        got[i] |= {m.payload for m in polled.messages}
+                for cl in clients:
+                    await cl.aclose()
+                return got
+
+            got = trio.run(main)
+            every = [v for values in got.values() for v in values]
+            assert sorted(every) == sorted(b"r%d" % i for i in range(60))  # each by one member
+            assert all(got.values()), got  # every member had partitions
+
+
+async def test_iggy_upstream_members_are_bounded_and_released(tmp_path: Path) -> None:
+    """Each Iggy member holds a connection to the broker: at most max_group_connections; a
+    leave gives its connection back, and a member whose client goes silent past its session
+    timeout is dropped (its connection closed, which ends its membership on the broker)."""
+    async with upstream_factory("iggy")(tmp_path, max_group_connections=1) as backend:
+        await backend.create_topic("t", 2, ())
+        core = Core({"up": backend}, [("*", "up")])
+        first = await core.execute(JoinGroup("g", ("t",), session_timeout_ms=60_000))
+        hits = LIMIT_HITS.labels("max_group_connections", "iggy")._value.get()
+        with pytest.raises(GatewayError) as full:
+            await core.execute(JoinGroup("g", ("t",), session_timeout_ms=60_000))
+        assert full.value.code is ErrorCode.INVALID_REQUEST
+        assert "max_group_connections" in full.value.message
+        assert LIMIT_HITS.labels("max_group_connections", "iggy")._value.get() == hits + 1
+        synced = await core.execute(SyncGroup("g", first.member_id, first.generation))
+        assert sorted(p for _, p in synced.assignment.partitions) == [0, 1]
+        await core.execute(LeaveGroup("g", first.member_id))
+        assert (await core.execute(DescribeGroup("g"))).members == ()
+        quiet = await core.execute(JoinGroup("g", ("t",), session_timeout_ms=200))
+        assert [m.member_id for m in (await core.execute(DescribeGroup("g"))).members] == [
+            quiet.member_id
+        ]
+        with trio.fail_after(10):  # dropped after its session timeout (checked every second)
+            while (await backend.groups.describe("g", "t")).members:
+                await trio.sleep(0.1)
+        await core.execute(JoinGroup("g", ("t",), session_timeout_ms=60_000))  # room again

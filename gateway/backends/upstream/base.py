@@ -42,6 +42,9 @@ class UpstreamConfig:
     groups in this gateway process, as for a local backend. Right only while ONE gateway uses
     the broker (replicas or ``--workers`` would each run a group of the same name); false
     (default) refuses group joins with a clear error."""
+    max_group_connections: int = 1000
+    """Iggy: the members this gateway holds in the broker's consumer groups at most (each is a
+    connection of its own: an Iggy member is a connection)."""
 
     def validate(self) -> list[str]:
         problems = []
@@ -52,6 +55,10 @@ class UpstreamConfig:
         host, _, port = self.address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             problems.append(f"address: got {self.address!r}, expected host:port")
+        if self.max_group_connections < 1:
+            problems.append(
+                f"max_group_connections: got {self.max_group_connections}, expected at least 1"
+            )
         if self.pool_size < 1:
             problems.append(f"pool_size: got {self.pool_size}, expected at least 1")
         return problems
