@@ -220,9 +220,8 @@ async def test_one_scrape_counts_every_workers_connections(tmp_path: Path) -> No
 
 def test_per_process_state_on_upstream_backends(tmp_path: Path) -> None:
     """Group memberships are per worker only where the gateway keeps them: not on an upstream
-    Cursus or Iggy broker (its own groups) nor on TANK (joins refused), but on TANK with
-    local_groups and on Liftbridge (groups in the gateway); Liftbridge's flags are per worker
-    on every upstream."""
+    Cursus, Iggy or Liftbridge broker (its own groups) nor on TANK (joins refused), but on TANK
+    with local_groups; Liftbridge's flags are per worker on every upstream."""
     from gateway.config import load_config
     from gateway.workers import per_process_state
 
@@ -239,4 +238,5 @@ def test_per_process_state_on_upstream_backends(tmp_path: Path) -> None:
     assert unshared(protocol="tank") == ["liftbridge"]
     assert unshared(protocol="tank", local_groups=True) == ["cursus", "iggy", "liftbridge"]
     assert unshared(protocol="iggy") == ["liftbridge"]
-    assert unshared(protocol="liftbridge") == ["cursus", "iggy", "liftbridge"]
+    assert unshared(protocol="liftbridge") == ["liftbridge"]
+    assert unshared(protocol="kafka08", local_groups=True) == ["cursus", "iggy", "liftbridge"]

@@ -29,6 +29,8 @@ from gateway.observability import LIMIT_HITS
 from gateway.protocols.cursus.client import CursusClient, assignments
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.client import IggyClient
+from gateway.protocols.liftbridge import liftbridge_api_pb2 as lpb
+from gateway.protocols.liftbridge.client import LiftbridgeClient
 from tests.backends.upstream import provision_on_second_gateway, upstream_factory
 from tests.support import GatewayProcess
 
@@ -270,3 +272,54 @@ async def test_iggy_upstream_members_are_bounded_and_released(tmp_path: Path) ->
             while (await backend.groups.describe("g", "t")).members:
                 await trio.sleep(0.1)
         await core.execute(JoinGroup("g", ("t",), session_timeout_ms=60_000))  # room again
+
+
+def test_two_gateways_on_one_liftbridge_upstream_form_one_group(tmp_path: Path) -> None:
+    """Liftbridge consumers joined through two gateways are members of the broker's one group:
+    once every member fetches the same epoch, the partitions are split among all of them."""
+    with GatewayProcess(tmp_path / "up", listeners={"liftbridge": {}}, name="up") as up:
+        backends = upstream_backend(up, "liftbridge")
+        with (
+            GatewayProcess(tmp_path / "a", listeners={"liftbridge": {}}, backends=backends) as a,
+            GatewayProcess(tmp_path / "b", listeners={"liftbridge": {}}, backends=backends) as b,
+        ):
+            gws = {"a1": a, "b1": b, "a2": a}
+
+            async def main() -> dict[str, tuple[int, list[int]]]:
+                clients = {
+                    m: await LiftbridgeClient.connect(*gw.address("liftbridge"))
+                    for m, gw in gws.items()
+                }
+                await clients["a1"].create_stream("t", PARTITIONS)
+                for m, cl in clients.items():
+                    await cl.call(
+                        "JoinConsumerGroup",
+                        lpb.JoinConsumerGroupRequest(groupId="g", consumerId=m, streams=["t"]),
+                    )
+                with trio.fail_after(30):
+                    while True:
+                        got = {}
+                        for m, cl in clients.items():
+                            resp = await cl.call(
+                                "FetchConsumerGroupAssignments",
+                                lpb.FetchConsumerGroupAssignmentsRequest(groupId="g", consumerId=m),
+                            )
+                            parts = [p for a in resp.assignments for p in a.partitions]
+                            got[m] = (resp.epoch, sorted(parts))
+                        if len({epoch for epoch, _ in got.values()}) == 1:
+                            break
+                        await trio.sleep(0.1)
+                for cl in clients.values():
+                    await cl.aclose()
+                return got
+
+            got = trio.run(main)
+            every = sorted(p for _, parts in got.values() for p in parts)
+            assert every == list(range(PARTITIONS)), got  # disjoint, covering all
+            assert all(parts for _, parts in got.values()), got
+            # each gateway describes its own members with the broker's assignment
+            for gw, mine in ((a, {"a1", "a2"}), (b, {"b1"})):
+                view = describe(gw, "g")
+                assert {m["member_id"] for m in view["members"]} == mine, view
+                for m in view["members"]:
+                    assert sorted(p for _, p in m["assignment"]) == got[m["member_id"]][1]
