@@ -89,7 +89,7 @@ two gateways on one broker must not each run a group of the same name. Each prot
 overrides the rest with ``upstream_capabilities(...)``."""
 
 
-def upstream_capabilities(**overrides: bool | str | None) -> Capabilities:
+def upstream_capabilities(**overrides: bool | str) -> Capabilities:
     return replace(UPSTREAM_CAPABILITIES, **overrides)
 
 

@@ -40,7 +40,7 @@ from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 from gateway.protocols.liftbridge.client import GrpcStatusError, LiftbridgeClient
 
 SERVER_HEADERS = frozenset({"subject", "reply"})
-_STATUS = {
+_STATUS: dict[int, ErrorCode] = {
     lc.Status.ALREADY_EXISTS: ErrorCode.TOPIC_EXISTS,
     lc.Status.OUT_OF_RANGE: ErrorCode.OFFSET_OUT_OF_RANGE,
     lc.Status.INVALID_ARGUMENT: ErrorCode.INVALID_REQUEST,
