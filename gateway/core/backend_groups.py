@@ -15,6 +15,8 @@ current generation.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.core.groups import Group, GroupCoordinator, Member, PartitionCount
 from gateway.model import (
     ErrorCode,
@@ -110,5 +112,5 @@ class BackendGroupCoordinator(GroupCoordinator):
     async def _save(self, group: Group) -> None:  # the broker holds the group
         return None
 
-    async def stored(self, name: str) -> dict | None:  # no snapshot: the broker is the state
+    async def stored(self, name: str) -> dict[str, Any] | None:  # the broker is the state
         return None

@@ -89,7 +89,7 @@ two gateways on one broker must not each run a group of the same name. Each prot
 overrides the rest with ``upstream_capabilities(...)``."""
 
 
-def upstream_capabilities(**overrides: bool | str) -> Capabilities:
+def upstream_capabilities(**overrides: Any) -> Capabilities:
     return replace(UPSTREAM_CAPABILITIES, **overrides)
 
 
@@ -122,7 +122,9 @@ class UpstreamBackend(Backend):
         self._append_gate = AppendGate()
         if config.local_groups and self.capabilities.groups == "none":
             # an instance attribute: this gateway keeps the groups (one gateway on the broker)
-            self.capabilities = replace(type(self).capabilities, groups="gateway")
+            self.capabilities = replace(  # type: ignore[misc]
+                type(self).capabilities, groups="gateway"
+            )
 
     # ------------------------------------------------------------------ connections
     async def _connect(self) -> Any:
