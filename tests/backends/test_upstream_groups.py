@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 import trio
 
+from gateway.backends.memory import MemoryBackend
 from gateway.core.engine import Core
 from gateway.model import (
     CommitOffset,
+    CreateTopic,
     DescribeGroup,
     ErrorCode,
     FetchOffset,
@@ -323,3 +325,27 @@ def test_two_gateways_on_one_liftbridge_upstream_form_one_group(tmp_path: Path) 
                 assert {m["member_id"] for m in view["members"]} == mine, view
                 for m in view["members"]:
                     assert sorted(p for _, p in m["assignment"]) == got[m["member_id"]][1]
+
+
+async def test_a_broker_group_reads_one_topic_on_that_broker(tmp_path: Path) -> None:
+    """The broker's groups are per topic and hold only its topics: a join with two topics, or
+    with a topic another backend holds, is refused with the reason."""
+    async with upstream_factory("cursus")(tmp_path) as backend:
+        await backend.create_topic("t", 2, ())
+        await backend.create_topic("u", 2, ())
+        other = MemoryBackend("mem")
+        core = Core({"up": backend, "mem": other}, [("local.*", "mem"), ("*", "up")])
+        await core.execute(CreateTopic("local.t", 1))
+        for topics, says in (
+            (("t", "u"), "a Cursus group reads one topic, not 2"),
+            (("local.t",), "is not on backend 'upstream-cursus'"),
+        ):
+            with pytest.raises(GatewayError) as refused:
+                await core.execute(JoinGroup("g", topics, session_timeout_ms=5000))
+            assert refused.value.code is ErrorCode.INVALID_REQUEST
+            assert says in refused.value.message
+        joined = await core.execute(JoinGroup("g", ("t",), session_timeout_ms=5000))
+        synced = await core.execute(SyncGroup("g", joined.member_id, joined.generation))
+        assert sorted(p for _, p in synced.assignment.partitions) == [0, 1]
+        await core.execute(LeaveGroup("g", joined.member_id))
+        assert (await core.execute(DescribeGroup("g"))).members == ()
