@@ -29,7 +29,7 @@ from gateway.backends.nats.client import NatsClient
 from gateway.core.view import CoreView
 from gateway.model import Acks, ErrorCode, GatewayError, ListTopics, Produce, Record, RecordBatch
 from gateway.observability import RECORDS_IN, protocol_error
-from gateway.protocols.liftbridge import envelope
+from gateway.protocols.liftbridge import LiftbridgeListenerConfig, envelope
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 from gateway.protocols.liftbridge.service import (
     CORRELATION_HEADER,
@@ -170,9 +170,9 @@ class NatsIngest:
             log.warning("liftbridge_nats_ack_failed", inbox=env.ackInbox, error=exc.message)
 
 
-async def run_ingest(core: Any, listener: Any) -> None:
+async def run_ingest(core: Any, listener: LiftbridgeListenerConfig) -> None:
     """The listener's background task: NATS ingestion when ``nats`` is configured."""
-    url = getattr(listener, "nats", "")
+    url = listener.nats
     if not url:
         return
     await NatsIngest(core, url).run()
