@@ -168,19 +168,18 @@ def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
 def fetch_records(
     batches: tuple[RecordBatch, ...] | list[RecordBatch], now_ms: int
 ) -> list[bytes | memoryview]:
-    """Stored batches as v2 batches, each at its backend offset: a batch a Kafka client produced
-    goes back as it came, whole (a read from inside it gets the records before its offset too,
-    which clients skip, as from a broker); others are written uncompressed."""
+    """Stored batches as v2 batches, each at its backend offset: a whole batch a Kafka client
+    produced goes back as it came; part of one (a read from inside it) and records stored by
+    other protocols are written uncompressed, so the answer holds exactly what the backend gave
+    (and its size what the answer's budget counted)."""
     out: list[bytes | memoryview] = []
     for batch in batches:
         if not batch.count:
             continue
-        window = batch.encoded_window(KAFKA_V2)
-        if window is not None:
-            block, start, _stop = window
-            out += at_offset(block, batch.base_offset - start)
+        block = batch.encoded_as(KAFKA_V2)
+        if block is not None:
+            out += at_offset(block, batch.base_offset)
             continue
-        block = batch.encode(CANONICAL)
-        data, _n = canonical_to_batch(block, now_ms, batch.base_offset)
+        data, _n = canonical_to_batch(batch.encode(CANONICAL), now_ms, batch.first_offset)
         out.append(data)
     return out

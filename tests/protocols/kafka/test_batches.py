@@ -127,3 +127,14 @@ def test_records_that_do_not_fill_the_batch_or_skip_a_delta_are_refused() -> Non
     with pytest.raises(InvalidBatch) as info:
         read_produced(with_producer(bytes(skipping), -1, -1, -1), 1 << 20)
     assert info.value.code == INVALID_RECORD
+
+
+def test_a_whole_native_batch_goes_back_as_sent_a_part_of_it_re_encoded() -> None:
+    sent = encode_batch(RECORDS, 0, codec=3)  # lz4, as a client compressed it
+    stored = read_produced(sent, 1 << 20).batch.stored_at(500)
+    whole = b"".join(fetch_records([stored], 0))
+    assert whole[8:] == sent[8:] and struct.unpack_from(">q", whole)[0] == 500
+    part = stored.slice(505, 5)  # a read from inside the batch
+    got = decode_batches(b"".join(fetch_records([part], 0)), 0)
+    assert [r.offset for r in got] == list(range(505, 510))
+    assert [r[:4] for r in got] == [r[:4] for r in RECORDS[5:10]]

@@ -13,6 +13,7 @@ import pytest
 
 from tests.protocols.kafka.conftest import confluent, expected, kcat, metric, venv_python
 from tests.protocols.kafka08.conftest import CLIENTS as KAFKA08_CLIENTS
+from tests.protocols.kafka08.conftest import KCAT_08
 from tests.support import GatewayProcess
 
 
@@ -97,3 +98,40 @@ def test_the_08_table_is_still_one_key_away(tmp_path: Any) -> None:
     assert out["delivery_errors"] == [] and out["errors"] == []
     assert [r[:3] for r in out["records"]] == [r[:3] for r in expected(3)]
     assert all(r[3] == [] for r in out["records"])
+
+
+def test_read_from_inside_a_batch_and_by_a_08_client(gateway: GatewayProcess) -> None:
+    """A batch kept as the client sent it is read from inside (the records before the offset
+    are not delivered) and by a 0.8 client (kcat in 0.8 mode: Fetch v0, message sets)."""
+    args = {"bootstrap": bootstrap(gateway), "topic": "inside", "count": 30}
+    out = confluent({**args, "produce": {"linger.ms": 200, "compression.type": "zstd"}})
+    assert out["records"] == expected(30)
+    inside = confluent({**args, "skip_produce": True, "start": 10})
+    assert inside["errors"] == [] and inside["records"] == expected(30)[10:]
+    got = kcat(
+        "-b",
+        bootstrap(gateway),
+        *KCAT_08,
+        "-C",
+        "-t",
+        "inside",
+        "-p",
+        "0",
+        "-o",
+        "beginning",
+        "-e",
+        "-f",
+        "%o %k %s\n",
+    )
+    assert got.splitlines() == [f"{r[0]} {r[1]} {r[2]}" for r in expected(30)]
+
+
+def test_batches_kept_as_sent_survive_a_restart(tmp_path: Any) -> None:
+    """The embedded log stores a Kafka batch natively: after a restart it reads back the same."""
+
+    def run(**extra: Any) -> dict[str, Any]:
+        with GatewayProcess(tmp_path, listeners={"kafka08": {}}, backend="embedded") as gw:
+            return confluent({"bootstrap": bootstrap(gw), "topic": "kept", "count": 20, **extra})
+
+    assert run(produce={"compression.type": "gzip"})["records"] == expected(20)
+    assert run(skip_produce=True)["records"] == expected(20)
