@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.backends.kafka.records import batches_to_canonical, encode_batch  # noqa: E402
+from gateway.backends.kafka.records import encode_batch  # noqa: E402
+from gateway.backends.kafka.to_canonical import batches_to_canonical  # noqa: E402
 from gateway.canonical import CANONICAL  # noqa: E402
 from gateway.model import Record  # noqa: E402
 from gateway.protocols.iggy.messages import send_batch  # noqa: E402

@@ -21,10 +21,10 @@ from typing import Any
 
 import trio
 
-from gateway.backends.upstream.kafka08_client import Kafka08Client
-from gateway.backends.upstream.liftbridge_client import GrpcConnection
 from gateway.interop.drivers import DRIVERS
 from gateway.model import Record
+from gateway.protocols.kafka08.client import Kafka08Client
+from gateway.protocols.liftbridge.codec import GrpcConnection
 
 SOURCE = Path(__file__).resolve().parent / "loadgen.c"
 H2_CALL_FRAMES = frozenset({0, 1, 9})  # DATA, HEADERS, CONTINUATION

@@ -62,9 +62,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import KCAT_08, cpu_seconds, machine_jiffies  # noqa: E402
 from bench.loadgen import Loadgen, build, capture  # noqa: E402
-from gateway.backends.upstream.kafka08_client import Kafka08Client  # noqa: E402
 from gateway.model import Record  # noqa: E402
 from gateway.protocols.cursus.client import CursusClient  # noqa: E402
+from gateway.protocols.kafka08.client import Kafka08Client  # noqa: E402
 from tests.backends.servers import NatsServer  # noqa: E402
 from tests.support import GatewayProcess  # noqa: E402
 

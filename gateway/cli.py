@@ -11,17 +11,23 @@ Each command is added by one ``add_*`` function below.
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import trio
 
 import gateway
+from gateway.cli_admin import (
+    AdminClient,
+    admin_for,
+    check_data_dirs,
+    direct,
+    no_gateway,
+    serve_hint,
+)
 from gateway.cli_errors import RUNTIME, CliError, UsageError, explain
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.model import (
@@ -44,133 +50,6 @@ MAX_BATCH_BYTES = 32 << 20  # produce batches: half the admin endpoint's body li
 __all__ = ["AdminClient", "CliError", "build_parser", "main"]
 
 
-# ----------------------------------------------------------------------------- clients
-
-
-class AdminClient:
-    """Talks to a running gateway's admin endpoint."""
-
-    def __init__(
-        self, host: str, port: int, timeout: float = 30.0, token: str | None = None
-    ) -> None:
-        self.host, self.port, self.timeout = host, port, timeout
-        self.token = token  # the data API's bearer token (gateway/admin_auth.py client_token)
-
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        try:
-            payload = None if body is None else json.dumps(body).encode()
-            headers = {"content-type": "application/json"} if payload is not None else {}
-            if self.token:
-                headers["authorization"] = f"Bearer {self.token}"
-            conn.request(method, path, body=payload, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-        finally:
-            conn.close()
-        obj = json.loads(data) if data else None
-        if resp.status >= 400:
-            message = obj.get("error") if isinstance(obj, dict) else data.decode(errors="replace")
-            raise CliError(
-                f"the gateway at {self.host}:{self.port} answered {resp.status}: {message}"
-            )
-        return obj
-
-    def alive(self) -> bool:
-        try:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
-            conn.request("GET", "/healthz")
-            ok = conn.getresponse().status == 200
-            conn.close()
-            return ok
-        except OSError:
-            return False
-
-    def data_client(self) -> Any:
-        """A keep-alive client of the records API (binary batches) at the same endpoint, with
-        the same credential."""
-        from gateway.pipeline.client import GatewayClient
-
-        client = GatewayClient(f"{self.host}:{self.port}", timeout=self.timeout)
-        token = getattr(self, "token", None)
-        if token:
-            client.token = token
-        return client
-
-
-def admin_client(host: str, port: int, config: GatewayConfig | None = None) -> AdminClient:
-    """The client of the admin endpoint at ``host:port`` that every command uses (the one
-    place that gives it the data API's credential from ``config``)."""
-    from gateway.admin_auth import client_token
-
-    return AdminClient(host, port, token=client_token(config) if config is not None else None)
-
-
-def _admin_host(config: GatewayConfig) -> str:
-    host = config.admin.host
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-
-
-def _admin_for(config: GatewayConfig) -> AdminClient | None:
-    if not config.admin.enabled or config.admin.port == 0:
-        return None
-    client = admin_client(_admin_host(config), config.admin.port, config)
-    return client if client.alive() else None
-
-
-def _no_gateway(config: GatewayConfig) -> str:
-    if not config.admin.enabled or config.admin.port == 0:
-        return "the config has no admin endpoint"
-    return f"no gateway answers at {_admin_host(config)}:{config.admin.port}"
-
-
-def _serve_hint(config: GatewayConfig) -> str:
-    where = "" if config.source == "<defaults>" else f" --config {config.source}"
-    return f"gateway serve{where}"
-
-
-def _check_data_dirs(config: GatewayConfig) -> None:
-    """One clear line for a data directory that cannot be used, before a backend tries."""
-    from gateway.cli_checks import data_dir_problem, data_dirs
-
-    for key, path in data_dirs(config):
-        problem = data_dir_problem(key, path)
-        if problem:
-            raise CliError(problem)
-
-
-def _direct(config: GatewayConfig, fn: Callable[[Any], Awaitable[Any]]) -> Any:
-    """Run ``fn(core)`` against the configured backends opened in this process. A backend
-    that lives only inside a gateway process (memory) cannot be reached this way."""
-    from gateway.server import build_backends, build_core
-
-    _check_data_dirs(config)
-    inside = [n for n, b in config.backends.items() if b.type == "memory"]
-    if inside:
-        raise CliError(
-            f"{_no_gateway(config)}, and backend {inside[0]!r} (memory) lives inside the "
-            f"gateway process: start it ({_serve_hint(config)})"
-        )
-
-    async def main() -> Any:
-        backends = build_backends(config)
-        opened: list[Any] = []
-        async with trio.open_nursery() as nursery:
-            try:
-                for backend in backends.values():
-                    await backend.open(nursery)
-                    opened.append(backend)
-                return await fn(build_core(config, backends))
-            finally:
-                with trio.CancelScope(shield=True):
-                    for backend in opened:
-                        await backend.flush()
-                        await backend.close()
-                nursery.cancel_scope.cancel()
-
-    return trio.run(main)
-
-
 def _load(args: argparse.Namespace) -> GatewayConfig:
     return load_config(args.config)
 
@@ -190,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     config = _load(args)
     setup_logging(config.server.log_format, config.server.log_level)
-    _check_data_dirs(config)
+    check_data_dirs(config)
     if getattr(args, "workers", 1) > 1:
         from gateway.workers import WorkersError, run_workers
 
@@ -262,7 +141,7 @@ def add_check_config(sub: Any) -> None:
 
 def cmd_topics(args: argparse.Namespace) -> int:
     config = _load(args)
-    admin = _admin_for(config)
+    admin = admin_for(config)
     if args.topics_cmd == "create":
         if admin:
             info = admin.request(
@@ -270,7 +149,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
             )
             name, partitions = info["name"], info["partitions"]
         else:
-            t = _direct(config, lambda core: core.execute(CreateTopic(args.name, args.partitions)))
+            t = direct(config, lambda core: core.execute(CreateTopic(args.name, args.partitions)))
             name, partitions = t.name, t.partitions
         print(f"created {name} with {partitions} partition(s)")
         return 0
@@ -278,14 +157,14 @@ def cmd_topics(args: argparse.Namespace) -> int:
         if admin:
             admin.request("DELETE", f"/v1/topics/{quote(args.name, safe='')}")
         else:
-            _direct(config, lambda core: core.execute(DeleteTopic(args.name)))
+            direct(config, lambda core: core.execute(DeleteTopic(args.name)))
         print(f"deleted {args.name}")
         return 0
     if admin:
         topics = [(t["name"], t["partitions"]) for t in admin.request("GET", "/v1/topics")]
     else:
         topics = [
-            (t.name, t.partitions) for t in _direct(config, lambda core: core.execute(ListTopics()))
+            (t.name, t.partitions) for t in direct(config, lambda core: core.execute(ListTopics()))
         ]
     for name, partitions in topics:
         print(f"{name}\t{partitions}")
@@ -348,7 +227,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             rate = total / progress.elapsed() if progress.elapsed() > 0 else 0.0
             progress.show(f"produce {args.topic}: {total:,} records, {rate:,.0f} records/s")
 
-    admin = _admin_for(config)
+    admin = admin_for(config)
     if admin:
         with admin.data_client() as client:
             for partition, records in source:
@@ -372,7 +251,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 )
                 tick(sum(a.last_offset - a.base_offset + 1 for a in res.appends))
 
-        _direct(config, run)
+        direct(config, run)
     if progress is not None:
         progress.end()
     if total == 0:
@@ -505,21 +384,21 @@ async def _consume(source: _Source, args: argparse.Namespace) -> None:
 
 def cmd_consume(args: argparse.Namespace) -> int:
     config = _load(args)
-    admin = _admin_for(config)
+    admin = admin_for(config)
     try:
         if admin:
             with admin.data_client() as client:
                 trio.run(_consume, _AdminSource(client), args)
         elif args.follow:
             raise CliError(
-                f"{_no_gateway(config)}: --follow needs a running gateway ({_serve_hint(config)})"
+                f"{no_gateway(config)}: --follow needs a running gateway ({serve_hint(config)})"
             )
         else:
 
             async def run(core: Any) -> None:
                 await _consume(_CoreSource(core), args)
 
-            _direct(config, run)
+            direct(config, run)
     except KeyboardInterrupt:
         if args.follow:
             return 0  # the way to stop following

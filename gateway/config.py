@@ -22,7 +22,6 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gateway.protocols.base import ListenerConfig
@@ -71,6 +70,9 @@ class ServerConfig:
     max_group_members: int = 1000
     """Members one consumer group may have; a join beyond it is refused (the whole group is one
     entry that every heartbeat reads on a shared backend)."""
+    max_kafka_groups: int = 10_000
+    """Kafka consumer groups (client-side assignment) with members on this gateway at once; a
+    join that would form one more is refused."""
 
     max_producer_states: int = 100_000
     """(Idempotent producer, partition) entries kept for de-duplicating retries (about 200 bytes
@@ -90,6 +92,10 @@ class ServerConfig:
         if self.max_group_members < 1:
             problems.append(
                 f"server.max_group_members: got {self.max_group_members!r}, expected 1 or more"
+            )
+        if self.max_kafka_groups < 1:
+            problems.append(
+                f"server.max_kafka_groups: got {self.max_kafka_groups!r}, expected 1 or more"
             )
         if not 300 <= self.group_lease_ms <= 3_600_000:
             problems.append(
@@ -203,10 +209,6 @@ class GatewayConfig:
     backends: Mapping[str, BackendConfig] = field(default_factory=dict)
     routes: tuple[RouteConfig, ...] = ()
     source: str = "<defaults>"
-
-    @property
-    def data_path(self) -> Path:
-        return Path(self.server.data_dir)
 
 
 # ----------------------------------------------------------------------------- conversion

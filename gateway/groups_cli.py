@@ -12,6 +12,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from gateway.cli_admin import admin_for, direct
 from gateway.config import load_config
 from gateway.core.groups import delete_group, describe_group, group_summaries, reset_offsets
 from gateway.model import GatewayError
@@ -55,9 +56,8 @@ def _target(args: argparse.Namespace) -> str | int:
 
 
 def _direct(config: Any, fn: Any) -> Any:
-    """``gateway.cli._direct``, with a GatewayError raised as itself (not inside the
+    """``gateway.cli_admin.direct``, with a GatewayError raised as itself (not inside the
     nursery's exception group) so the CLI prints it as an error line."""
-    from gateway.cli import _direct as direct
 
     async def guarded(core: Any) -> Any:
         try:
@@ -78,10 +78,8 @@ def _ask(admin: Any, config: Any, request: tuple[Any, ...], direct: Any) -> Any:
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
-    from gateway.cli import _admin_for
-
     config = load_config(args.config)
-    admin = _admin_for(config)
+    admin = admin_for(config)
     cmd = args.groups_cmd
     if cmd == "list":
         data = _ask(admin, config, ("GET", "/v1/groups"), group_summaries)

@@ -34,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.model import GatewayError
 from gateway.observability import BACKEND_UP, READY, REGISTRY, WRITES_STOPPED
+from gateway.status_view import status
 
 log = structlog.get_logger("gateway.metrics")
 
@@ -203,8 +204,6 @@ async def _answer_peer(server: Any, peers: Peers, stream: trio.abc.Stream) -> No
 
 
 async def _local_status(server: Any, peers: Peers | None) -> dict[str, Any]:
-    from gateway.admin import status
-
     out = await status(server)
     out["worker"] = {"index": peers.index if peers else 0, "pid": os.getpid()}
     return out

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -123,10 +123,6 @@ class RecordBatch:
         self._full = total
         self.max_timestamp_us = max_timestamp_us
         self._size = len(encoded) if encoded is not None else -1
-
-    @classmethod
-    def of(cls, records: Iterable[Record]) -> RecordBatch:
-        return cls(list(records))
 
     def __len__(self) -> int:
         return self._stop - self._start
@@ -279,6 +275,15 @@ class ErrorCode(enum.Enum):
     UNKNOWN_MEMBER = "unknown_member"
     UNKNOWN_GROUP = "unknown_group"
     GROUP_EXISTS = "group_exists"
+    GROUP_NOT_EMPTY = "group_not_empty"
+    INCONSISTENT_GROUP_PROTOCOL = "inconsistent_group_protocol"
+    """A member's protocols share none with the group's (or the group is used by members of
+    the other kind: client-side versus server-side assignment)."""
+    MEMBER_ID_REQUIRED = "member_id_required"
+    """A new member must join again with the member id the error carries
+    (:class:`MemberIdRequired`)."""
+    FENCED_INSTANCE_ID = "fenced_instance_id"
+    """A static member (group instance id) whose id was taken over by a newer member."""
     UNAUTHORIZED = "unauthorized"
     UNAUTHENTICATED = "unauthenticated"
     BACKEND_UNAVAILABLE = "backend_unavailable"
@@ -315,6 +320,15 @@ class GatewayError(Exception):
         super().__init__(f"{code.value}: {message}" if message else code.value)
         self.code = code
         self.message = message or code.value
+
+
+class MemberIdRequired(GatewayError):
+    """A new member of a client-assigned group was given ``member_id``: it joins again with it
+    (Kafka JoinGroup v4+), so that a member whose first answer is lost is not counted twice."""
+
+    def __init__(self, member_id: str) -> None:
+        super().__init__(ErrorCode.MEMBER_ID_REQUIRED, f"join again as member {member_id!r}")
+        self.member_id = member_id
 
 
 # --------------------------------------------------------------------------------- topics
@@ -484,6 +498,21 @@ class JoinGroup:
     create_member: bool = False
     """True: an unknown ``member_id`` joins as a new member under that id (Cursus picks member
     ids itself) instead of failing with UNKNOWN_MEMBER."""
+    protocols: tuple[tuple[str, bytes], ...] = ()
+    """Non-empty: client-side assignment (Kafka's classic protocol). The (name, opaque
+    metadata) pairs the member supports, in order of preference; the group picks one name
+    every member supports, its leader gets every member's metadata and sends the assignment
+    in SyncGroup. ``topics`` are still the member's subscription (ACLs, snapshots)."""
+    protocol_type: str = ""
+    instance_id: str | None = None
+    """A static member's ``group.instance.id``: its rejoin under a new member id replaces the
+    old member without a rebalance."""
+    rebalance_timeout_ms: int = 0
+    """How long a rebalance waits for the members to join again (0: the session timeout)."""
+    require_member_id: bool = False
+    """A new member without a member id gets :class:`MemberIdRequired` first."""
+    client_id: str = ""
+    client_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,6 +520,10 @@ class SyncGroup:
     group: str
     member_id: str
     generation: int
+    assignments: tuple[tuple[str, bytes, tuple[tuple[str, int], ...]], ...] = ()
+    """Client-assigned groups: the leader's (member id, opaque assignment, the (topic,
+    partition) pairs it holds when the protocol layer can read them) for each member."""
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,12 +531,15 @@ class Heartbeat:
     group: str
     member_id: str
     generation: int
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LeaveGroup:
     group: str
     member_id: str
+    instance_id: str | None = None
+    """A static member may leave by its instance id alone (``member_id`` empty)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -622,11 +658,19 @@ class JoinGroupResult:
     generation: int
     leader_id: str
     members: tuple[str, ...]
+    protocol: str = ""
+    """Client-assigned groups: the protocol name the group chose."""
+    member_metadata: tuple[tuple[str, str | None, bytes], ...] = ()
+    """Client-assigned groups, for the leader only: (member id, instance id, metadata of the
+    chosen protocol) of every member."""
 
 
 @dataclass(frozen=True, slots=True)
 class SyncGroupResult:
     assignment: MemberAssignment
+    data: bytes = b""
+    """Client-assigned groups: the opaque assignment the leader sent for this member."""
+    protocol: str = ""
 
 
 @dataclass(frozen=True, slots=True)

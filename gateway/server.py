@@ -38,6 +38,7 @@ from gateway.observability import (
 )
 from gateway.protocols import get_protocol
 from gateway.protocols.base import ConnectionContext, ListenerConfig
+from gateway.reuseport import open_reuseport_listeners
 from gateway.streams import (
     ConnectionTimeout,
     GuardedStream,
@@ -114,6 +115,7 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
         group_assignment=config.server.group_assignment,
         group_lease_ms=config.server.group_lease_ms,
         max_group_members=config.server.max_group_members,
+        max_kafka_groups=config.server.max_kafka_groups,
         max_producer_states=config.server.max_producer_states,
     )
 
@@ -225,8 +227,6 @@ class Server:
 
     async def _open_listeners(self, port: int, host: str) -> list[trio.SocketListener]:
         if self.reuse_port:
-            from gateway.workers import open_reuseport_listeners
-
             return await open_reuseport_listeners(port, host)
         return await trio.open_tcp_listeners(port, host=host)
 
@@ -255,7 +255,7 @@ class Server:
         freeze_heap: bool,
         task_status: trio.TaskStatus[Server],
     ) -> None:
-        from gateway.admin import serve_admin
+        from gateway.admin_http import serve_admin_http
 
         bound = await self._bind()
         admin_socks: list[trio.SocketListener] = []
@@ -273,7 +273,7 @@ class Server:
 
         async with trio.open_nursery() as admin_nursery:
             if admin_socks:
-                admin_nursery.start_soon(serve_admin, self, admin_socks)
+                admin_nursery.start_soon(serve_admin_http, self, admin_socks)
             async with trio.open_nursery() as connections:
                 async with trio.open_nursery() as acceptors:
                     for name, socks in bound.items():

@@ -30,6 +30,7 @@ import trio
 
 from gateway.config import GatewayConfig
 from gateway.metrics_view import Peers, serve_peers
+from gateway.reuseport import addresses, reuseport_socket
 
 SHAREABLE_BACKENDS = frozenset({"nats", "kafka", "upstream", "memory"})
 # listeners that keep state in the process beside the backend (docs/scaling.md)
@@ -46,44 +47,6 @@ log = structlog.get_logger("gateway.workers")
 
 class WorkersError(Exception):
     pass
-
-
-def _reuseport_socket(host: str, port: int, family: int) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    if family == socket.AF_INET6:
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-    sock.bind((host, port))
-    return sock
-
-
-def _addresses(host: str | None, port: int) -> list[tuple[int, str]]:
-    infos = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_ADDRCONFIG
-    )
-    seen: list[tuple[int, str]] = []
-    for family, _, _, _, addr in infos:
-        if (family, addr[0]) not in seen and family in (socket.AF_INET, socket.AF_INET6):
-            seen.append((family, addr[0]))
-    return seen
-
-
-async def open_reuseport_listeners(
-    port: int, host: str | None = None, backlog: int = 1024
-) -> list[trio.SocketListener]:
-    """Like ``trio.open_tcp_listeners`` but every socket has SO_REUSEPORT set."""
-    listeners = []
-    try:
-        for family, addr in _addresses(host, port):
-            raw = _reuseport_socket(addr, port, family)
-            raw.listen(backlog)
-            listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(raw)))
-    except BaseException:
-        for lst in listeners:
-            await lst.aclose()
-        raise
-    return listeners
 
 
 def check_shareable(config: GatewayConfig) -> None:
@@ -126,8 +89,8 @@ def _hold_ports(config: GatewayConfig) -> tuple[GatewayConfig, list[socket.socke
     held: list[socket.socket] = []
 
     def hold(host: str, port: int) -> int:
-        family, addr = _addresses(host, port)[0]
-        sock = _reuseport_socket(addr, port, family)
+        family, addr = addresses(host, port)[0]
+        sock = reuseport_socket(addr, port, family)
         held.append(sock)
         return sock.getsockname()[1]
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.cli import _direct
+from gateway.cli_admin import direct
 from gateway.config import load_config
 from gateway.model import CommitOffset, CreateTopic
 from tests.support import REPO_ROOT, make_config, write_toml
@@ -34,7 +34,7 @@ def test_groups_delete_on_the_store_directly(tmp_path: Path) -> None:
         await core.execute(CommitOffset("g", "t", 1, 0, ""))
         await core.execute(CommitOffset("other", "t", 0, 0, ""))
 
-    _direct(load_config(cfg), setup)
+    direct(load_config(cfg), setup)
     res = gateway("groups", "delete", "g", "--config", cfg)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "deleted group g (2 committed offset(s))\n"

@@ -14,6 +14,7 @@ import structlog
 import trio
 
 from gateway.backends.base import Backend
+from gateway.core.classic import ClassicGroups
 from gateway.core.group_store import SharedGroupCoordinator
 from gateway.core.groups import GroupCoordinator
 from gateway.core.idempotence import ProducerRegistry
@@ -102,6 +103,7 @@ class Core:
         group_assignment: str = "range",
         group_lease_ms: int = 10_000,
         max_group_members: int = 1000,
+        max_kafka_groups: int = 10_000,
         max_producer_states: int = 100_000,
     ) -> None:
         self.max_topics = max_topics
@@ -131,6 +133,7 @@ class Core:
                 default_protocol=group_assignment,
                 max_members=max_group_members,
             )
+        self.classic = ClassicGroups(self.groups, max_kafka_groups)  # Kafka's groups
         self.producers = ProducerRegistry(max_producer_states)
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
@@ -400,13 +403,17 @@ class Core:
             raise
 
     async def _commit(self, cmd: CommitOffset) -> None:
+        generation = cmd.generation
+        if generation >= 0 and cmd.member_id and self.classic.has(cmd.group):
+            self.classic.check_generation(cmd.group, cmd.member_id, generation)
+            generation = -1  # fenced here; the coordinator only stores it
         await self.groups.commit(
             cmd.group,
             cmd.topic,
             cmd.partition,
             cmd.offset,
             cmd.metadata,
-            cmd.generation,
+            generation,
             cmd.member_id,
         )
 
@@ -414,6 +421,13 @@ class Core:
         return await self.groups.fetch(cmd.group, cmd.topic, cmd.partition)
 
     async def _join(self, cmd: JoinGroup) -> Any:
+        if cmd.protocols:
+            return await self.classic.join(cmd)
+        if self.classic.get(cmd.group) is not None:
+            raise GatewayError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"group {cmd.group!r} has Kafka members (client-side assignment)",
+            )
         return await self.groups.join(
             cmd.group,
             cmd.topics,
@@ -425,17 +439,28 @@ class Core:
         )
 
     async def _sync(self, cmd: SyncGroup) -> Any:
+        if self.classic.has(cmd.group):
+            return await self.classic.sync(cmd)
         return await self.groups.sync(
             cmd.group, cmd.member_id, cmd.generation, self._partition_count
         )
 
     async def _heartbeat(self, cmd: Heartbeat) -> None:
+        if self.classic.has(cmd.group):
+            await self.classic.heartbeat(cmd.group, cmd.member_id, cmd.generation, cmd.instance_id)
+            return
         await self.groups.heartbeat(cmd.group, cmd.member_id, cmd.generation, self._partition_count)
 
     async def _leave(self, cmd: LeaveGroup) -> None:
+        if self.classic.has(cmd.group):
+            await self.classic.leave(cmd.group, cmd.member_id, cmd.instance_id)
+            return
         await self.groups.leave(cmd.group, cmd.member_id, self._partition_count)
 
     async def _describe_group(self, cmd: DescribeGroup) -> Any:
+        group = self.classic.get(cmd.group)
+        if group is not None:
+            return self.classic.describe(group)
         await self.groups.expire(cmd.group, self._partition_count)
         return self.groups.describe(cmd.group)
 

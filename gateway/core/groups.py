@@ -553,7 +553,8 @@ async def delete_group(core: Any, name: str) -> dict[str, Any]:
     members on this gateway."""
     coord: GroupCoordinator = core.groups
     await core.execute(DescribeGroup(name))  # applies session timeouts
-    if coord.has_members(name):
+    classic = getattr(core, "classic", None)  # Kafka's client-assigned groups
+    if coord.has_members(name) or (classic is not None and classic.get(name) is not None):
         raise GatewayError(
             ErrorCode.INVALID_REQUEST, f"group {name!r} has active members; stop them first"
         )

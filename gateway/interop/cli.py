@@ -62,7 +62,8 @@ def clean_up(
     prefix) through the admin endpoint: (topics deleted, groups deleted, problems)."""
     from urllib.parse import quote
 
-    from gateway.cli import CliError, admin_client
+    from gateway.cli_admin import admin_client
+    from gateway.cli_errors import CliError
     from gateway.config import load_config
 
     client = admin_client(*admin, load_config(config_path) if config_path else None)

@@ -25,8 +25,6 @@ from typing import Any, ClassVar
 
 import trio
 
-from gateway.backends.upstream.kafka08_client import Kafka08Client
-from gateway.backends.upstream.liftbridge_client import LiftbridgeClient
 from gateway.interop import PROTOCOLS as PROTOCOLS  # re-exported
 from gateway.model import Record
 from gateway.protocols.cursus import codec as cursus_codec
@@ -34,6 +32,8 @@ from gateway.protocols.cursus.client import CursusClient
 from gateway.protocols.iggy import codec as iggy_codec
 from gateway.protocols.iggy.client import IggyClient
 from gateway.protocols.iggy.messages import headers_from_model, headers_to_model
+from gateway.protocols.kafka08.client import Kafka08Client
+from gateway.protocols.liftbridge.client import LiftbridgeClient
 from gateway.protocols.tank.client import TankClient
 
 ALL_FIELDS = frozenset({"key", "value", "headers", "timestamp"})

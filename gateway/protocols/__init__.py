@@ -28,7 +28,3 @@ def get_protocol(name: str) -> ProtocolSpec:
     """The spec of a registered protocol. Raises KeyError for an unknown name."""
     module = importlib.import_module(REGISTRY[name])
     return module.PROTOCOL
-
-
-def all_protocols() -> list[ProtocolSpec]:
-    return [get_protocol(name) for name in REGISTRY]

@@ -74,9 +74,10 @@ def _backend(bootstrap: str, **kw) -> KafkaBackend:
 async def test_api_versions_negotiated_and_capabilities_follow_the_broker(nursery):
     b = _backend(shared_tansu().bootstrap, kv_topic=f"__kv_{uuid.uuid4().hex[:6]}")
     await b.open(nursery)
-    assert b._api_ok is not None and all(b._api_ok[k] for k in (0, 1, 2, 3, 8, 9, 10, 19))
+    api_ok = b.cluster.api_ok
+    assert api_ok is not None and all(api_ok[k] for k in (0, 1, 2, 3, 8, 9, 10, 19))
     # Tansu 0.6 has no CreatePartitions: topic administration is off as a whole
-    assert b._api_ok[37] is False and b.capabilities.topic_admin is False
+    assert api_ok[37] is False and b.capabilities.topic_admin is False
     with pytest.raises(GatewayError) as exc:
         await b.create_partitions("whatever", 1)
     assert exc.value.code is ErrorCode.UNSUPPORTED
@@ -359,7 +360,8 @@ def test_batch_round_trip_random_sizes():
 def test_canonical_blocks_transcode_both_ways_without_records():
     import random
 
-    from gateway.backends.kafka.records import batches_to_canonical, canonical_to_batch
+    from gateway.backends.kafka.records import canonical_to_batch
+    from gateway.backends.kafka.to_canonical import batches_to_canonical
     from gateway.canonical import CANONICAL
 
     rnd = random.Random(3)
@@ -396,19 +398,19 @@ async def test_conditional_append_meeting_an_outside_producer_is_not_answered_ok
     await theirs.open(nursery)
     await ours.create_topic(topic, 1)
     await ours.append(topic, 0, RecordBatch([Record(None, b"a")]))
-    checked = ours.partition_info
+    checked = ours.records.partition_info
 
     async def check_then_someone_appends(t: str, p: int):
         info = await checked(t, p)
         await theirs.append(t, p, RecordBatch([Record(None, b"outside")]))
         return info
 
-    ours.partition_info = check_then_someone_appends  # type: ignore[method-assign]
+    ours.records.partition_info = check_then_someone_appends  # type: ignore[method-assign]
     with pytest.raises(GatewayError) as exc:
         await ours.append(topic, 0, RecordBatch([Record(None, b"mirrored")]), 1)
     assert exc.value.code is ErrorCode.INTERNAL
     assert "expected offset 1 but was stored at 2" in exc.value.message
-    del ours.partition_info
+    del ours.records.partition_info
     got = [r.value for x in await ours.read(topic, 0, 0, 10, 1 << 20) for r in x.records]
     assert got == [b"a", b"outside", b"mirrored"]
     await ours.close()

@@ -186,7 +186,7 @@ async def test_the_gateways_compressed_batches_are_read_by_confluent_kafka(tansu
         await b.open(nursery)
         await b.create_topic(topic, 1)
         await b.append(topic, 0, RecordBatch(records[:20]))
-        await b.append(topic, 0, RecordBatch.of(records[20:]))
+        await b.append(topic, 0, RecordBatch(list(records[20:])))
         await b.close()
         nursery.cancel_scope.cancel()
     got = await trio.to_thread.run_sync(lambda: confluent(tansu, topic, "read", "50"))

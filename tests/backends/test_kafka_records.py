@@ -12,13 +12,14 @@ import crc32c
 import pytest
 
 from gateway.backends.kafka import records as rec
+from gateway.backends.kafka import to_canonical
 from gateway.backends.kafka.records import (
     KafkaRecordError,
-    batches_to_canonical,
     canonical_to_batch,
     decode_batches,
     encode_batch,
 )
+from gateway.backends.kafka.to_canonical import batches_to_canonical
 from gateway.canonical import CANONICAL, VERSION_STARTS, check_block, without_starts
 from gateway.model import Record, RecordBatch
 from gateway.protocols.kafka08.messageset import encode_fetch, encode_message_set, parse_produce
@@ -33,6 +34,7 @@ def slow(monkeypatch: pytest.MonkeyPatch):
     def call(fn, *args):
         with monkeypatch.context() as m:
             m.setattr(rec, "MIN_RUN", 1 << 62)
+            m.setattr(to_canonical, "MIN_RUN", 1 << 62)
             return fn(*args)
 
     return call

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from gateway.backends.nats import NatsBackend, NatsConfig
-from gateway.backends.nats.backend import enc
+from gateway.backends.nats.messages import enc
 from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
 from tests.backends.servers import NatsServer, http_json
 from tests.support import GatewayProcess

@@ -12,10 +12,10 @@ import pytest
 import trio
 
 from gateway.backends.upstream import UpstreamConfig, make_upstream
-from gateway.backends.upstream.kafka08_client import Kafka08Client
 from gateway.backends.upstream.pool import Pool
 from gateway.config import ConfigError, parse_config
 from gateway.model import ErrorCode, GatewayError, Record, RecordBatch
+from gateway.protocols.kafka08.client import Kafka08Client
 from tests.backends.servers import free_port, opened
 from tests.support import GatewayProcess
 

@@ -173,7 +173,8 @@ async def test_describe_list_and_reset_offsets() -> None:
 
 def test_cli_text_output_on_the_store_directly(tmp_path, capsys) -> None:
     """No gateway running (admin disabled): ``gateway groups`` opens the embedded log itself."""
-    from gateway.cli import _direct, main
+    from gateway.cli import main
+    from gateway.cli_admin import direct
     from gateway.config import load_config
     from tests.support import make_config, write_toml
 
@@ -186,7 +187,7 @@ def test_cli_text_output_on_the_store_directly(tmp_path, capsys) -> None:
         await core.execute(Produce("t", records, partition=1))
         await core.execute(CommitOffset("g", "t", 1, 1, "mine"))
 
-    _direct(load_config(str(path)), setup)
+    direct(load_config(str(path)), setup)
     capsys.readouterr()
     assert main(["groups", "list", "--config", str(path)]) == 0
     assert capsys.readouterr().out == "g\tempty\tgeneration=0\tmembers=0\n"

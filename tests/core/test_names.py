@@ -72,7 +72,7 @@ BAD = "g\x01"
         (DescribeTopic(BAD), ErrorCode.UNKNOWN_TOPIC),
         (DescribeTopic(BAD, create=True), ErrorCode.INVALID_TOPIC),
         (CreateTopic("", 1), ErrorCode.INVALID_TOPIC),
-        (Produce(BAD, RecordBatch.of([Record(b"k", b"v")])), ErrorCode.INVALID_TOPIC),
+        (Produce(BAD, RecordBatch([Record(b"k", b"v")])), ErrorCode.INVALID_TOPIC),
     ],
 )
 async def test_every_command_naming_a_bad_name_is_refused(command: object, code: ErrorCode) -> None:

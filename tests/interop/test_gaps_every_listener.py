@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 import trio
 
-from gateway.backends.upstream.liftbridge_client import LiftbridgeClient
 from gateway.protocols.cursus.client import CursusClient
 from gateway.protocols.iggy import codec as iggy_codec
 from gateway.protocols.iggy.client import IggyClient
+from gateway.protocols.liftbridge.client import LiftbridgeClient
 from gateway.protocols.tank.client import TankClient
 from tests.backends.servers import TansuServer
 from tests.backends.test_kafka_real_cluster import confluent, kafka_python_08, kcat_08

@@ -27,7 +27,7 @@ from gateway.protocols.iggy.client import IggyClient
 from gateway.protocols.kafka08 import codec as k
 from gateway.protocols.kafka08.messageset import encode_message_set
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
-from gateway.protocols.liftbridge.client import LiftbridgeClient, RpcFailed
+from gateway.protocols.liftbridge.client import GrpcStatusError, LiftbridgeClient
 from gateway.protocols.tank.client import TankClient
 from tests.support import GatewayProcess
 
@@ -139,7 +139,7 @@ CONNECTION_LOST = (
     trio.ClosedResourceError,
     OSError,
     EOFError,
-    RpcFailed,
+    GrpcStatusError,
 )
 
 PRODUCERS = {

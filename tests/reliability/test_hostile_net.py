@@ -329,7 +329,7 @@ def test_names_with_control_characters_get_each_protocols_error(tmp_path: Path) 
     request on every listener, the connection stays usable, nothing is logged as a failure."""
     from gateway.protocols.cursus.client import CursusClient
     from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
-    from gateway.protocols.liftbridge.client import LiftbridgeClient, RpcFailed
+    from gateway.protocols.liftbridge.client import GrpcStatusError, LiftbridgeClient
     from gateway.protocols.tank.client import TankClient
     from gateway.protocols.tank.codec import CT_INVALID
 
@@ -359,7 +359,7 @@ def test_names_with_control_characters_get_each_protocols_error(tmp_path: Path) 
                         try:
                             await lb.call("FetchCursor", bad)
                             raise AssertionError("a cursor id with a control character passed")
-                        except RpcFailed as exc:
+                        except GrpcStatusError as exc:
                             assert exc.status == 3  # INVALID_ARGUMENT
                         good = pb.FetchCursorRequest(stream="t", partition=0, cursorId="c")
                         assert (await lb.call("FetchCursor", good)).offset == -1

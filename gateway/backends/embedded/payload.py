@@ -28,7 +28,7 @@ NATIVE_VERSION = 2
 # codec name -> "module:attribute", imported on first use (a reader may open a log written by
 # a listener this process does not run)
 NATIVE_FORMATS: dict[str, str] = {
-    "cursus": "gateway.protocols.cursus.codec:CURSUS_BLOCK",
+    "cursus": "gateway.protocols.cursus.block:CURSUS_BLOCK",
     "tank-bundle": "gateway.protocols.tank.bundle:TANK_BUNDLE",
     "kafka-v2": "gateway.protocols.kafka.native:KAFKA_V2",
 }

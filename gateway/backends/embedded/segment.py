@@ -275,9 +275,6 @@ class Segment:
                 os.close(fd)
         self._idx_fd = self._tidx_fd = -1
 
-    def index_fds(self) -> list[int]:
-        return [fd for fd in (self._idx_fd, self._tidx_fd) if fd >= 0]
-
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
         self.size = size

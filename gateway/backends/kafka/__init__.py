@@ -40,7 +40,7 @@ Mapping
 
 Reads: one Fetch per read, converted up to the read's max bytes. A consumer catching up
 gets read-ahead (``read_ahead = true``, the default): the next Fetch is sent while it handles
-this answer (see ``KafkaBackend.read``).
+this answer (see ``RecordStore.read`` in ``data.py``).
 
 Outages: while the cluster is unreachable every call raises ``ErrorCode.BACKEND_UNAVAILABLE``
 (retriable); connections are re-opened on the next call, so the gateway works again as soon as

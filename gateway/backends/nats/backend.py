@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import ssl
-import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import trio
@@ -22,9 +18,24 @@ from gateway.backends.base import (
     check_topic_name,
     offset_mismatch,
 )
-from gateway.backends.client_tls import client_ssl_context
 from gateway.backends.nats.auth import Credentials, NatsAuthError
 from gateway.backends.nats.client import STATUS_NO_RESPONDERS, NatsClient, unavailable
+from gateway.backends.nats.config import NatsConfig, ssl_context
+from gateway.backends.nats.messages import (
+    JS_NOT_ENABLED,
+    JS_STREAM_NAME_IN_USE,
+    JS_STREAM_NOT_FOUND,
+    JS_SUBJECT_OVERLAP,
+    JS_WRONG_LAST_MSG_ID,
+    JS_WRONG_LAST_SEQUENCE,
+    MAX_SEQUENCE,
+    enc,
+    js_error,
+    msg_record,
+    msg_seq,
+    record_headers,
+    wrong_last_sequence,
+)
 from gateway.backends.nats.protocol import Msg, encode_headers
 from gateway.config import ConfigError
 from gateway.model import (
@@ -40,162 +51,6 @@ from gateway.model import (
 
 TOPICS_NS = "_gw.topics"
 READ_BATCH_LIMIT = 2000
-FIELD = struct.Struct("<HI")
-
-# JetStream API error codes (err_code) we act on
-JS_STREAM_NOT_FOUND = 10059
-JS_STREAM_NAME_IN_USE = 10058
-JS_WRONG_LAST_SEQUENCE = 10071
-JS_WRONG_LAST_MSG_ID = 10070
-JS_SUBJECT_OVERLAP = 10065
-JS_NOT_ENABLED = (10039, 10076)
-MAX_SEQUENCE = (1 << 63) - 1  # offsets are int64 everywhere (Kafka); JetStream's are uint64
-
-
-@dataclass(frozen=True, slots=True)
-class NatsConfig:
-    url: str = "nats://127.0.0.1:4222"
-    urls: tuple[str, ...] = ()  # several servers of one cluster (then ``url`` is not used)
-    # TLS (tls = true, or implied by any of the files); the server may also require it
-    tls: bool = False
-    tls_ca_file: str = ""  # PEM bundle to trust; "" = the system's
-    tls_cert_file: str = ""  # client certificate (mutual TLS), with tls_key_file
-    tls_key_file: str = ""
-    tls_server_name: str = ""  # the name to verify; "" = each server's host
-    # credentials: at most one of user/password, token, nkey_seed_file, creds_file
-    user: str = ""
-    password: str = ""
-    token: str = ""
-    nkey_seed_file: str = ""  # an NKey user seed (SU...)
-    creds_file: str = ""  # a user JWT and its NKey seed (nsc's .creds)
-    stream_prefix: str = "GW"
-    subject_prefix: str = "gw"
-    kv_bucket: str = "gateway"
-    storage: str = "file"  # "file" or "memory"
-    replicas: int = 1
-    max_batch: int = 1000  # messages per JetStream atomic batch (the server's default limit)
-    request_timeout_ms: int = 5000
-    connect_timeout_ms: int = 2000
-    topic_cache_ms: int = 1000
-
-    def validate(self) -> list[str]:
-        problems = []
-        if bool(self.tls_cert_file) != bool(self.tls_key_file):
-            problems.append(
-                f"tls_cert_file/tls_key_file: got cert={self.tls_cert_file!r} "
-                f"key={self.tls_key_file!r}, expected both or neither"
-            )
-        for key in ("tls_ca_file", "tls_cert_file", "tls_key_file", "nkey_seed_file", "creds_file"):
-            path = getattr(self, key)
-            if path and not os.path.isfile(path):
-                problems.append(f"{key}: got {path!r}, expected a readable file")
-        given = [k for k in ("user", "token", "nkey_seed_file", "creds_file") if getattr(self, k)]
-        if len(given) > 1:
-            problems.append(
-                f"{'/'.join(given)}: got {len(given)} kinds of credentials, expected one"
-            )
-        if self.password and not self.user:
-            problems.append("password: got a password without user, expected user too")
-        if self.storage not in ("file", "memory"):
-            problems.append(f"storage: got {self.storage!r}, expected 'file' or 'memory'")
-        if not 1 <= self.max_batch <= 1000:
-            problems.append(f"max_batch: got {self.max_batch}, expected 1..1000")
-        return problems
-
-
-def _ssl_context(config: NatsConfig) -> ssl.SSLContext | None:
-    if not (config.tls or config.tls_ca_file or config.tls_cert_file):
-        return None
-    return client_ssl_context(config.tls_ca_file, config.tls_cert_file, config.tls_key_file)
-
-
-def enc(name: str) -> str:
-    """A topic name as a stream-name and subject token: letters, digits and '-' kept, every
-    other byte as ``_XX``."""
-    out = []
-    for ch in name:
-        if ch.isascii() and (ch.isalnum() or ch == "-"):
-            out.append(ch)
-        else:
-            out.extend(f"_{b:02X}" for b in ch.encode())
-    return "".join(out)
-
-
-def _encode_record_headers(headers: tuple[tuple[str, bytes], ...]) -> str:
-    parts = []
-    for name, value in headers:
-        raw = name.encode()
-        parts.append(FIELD.pack(len(raw), len(value)))
-        parts.append(raw)
-        parts.append(value)
-    return base64.b64encode(b"".join(parts)).decode()
-
-
-def _decode_record_headers(text: str) -> tuple[tuple[str, bytes], ...]:
-    data = base64.b64decode(text)
-    out = []
-    pos = 0
-    while pos < len(data):
-        nlen, vlen = FIELD.unpack_from(data, pos)
-        pos += 6
-        name = data[pos : pos + nlen].decode()
-        pos += nlen
-        out.append((name, data[pos : pos + vlen]))
-        pos += vlen
-    return tuple(out)
-
-
-def _js_time_us(text: str) -> int:
-    # RFC 3339 with nanoseconds: 2026-11-22T01:20:57.084410116Z
-    head, _, frac = text.rstrip("Z").partition(".")
-    seconds = datetime.fromisoformat(head + "+00:00").timestamp()
-    return int(seconds) * 1_000_000 + int((frac + "000000")[:6])
-
-
-def record_headers(r: Record, ts: int) -> bytes:
-    h = [f"Gw-Ts: {ts}"]
-    if r.key is not None:
-        h.append(f"Gw-Key: {base64.b64encode(r.key).decode()}")
-    if r.value is None:
-        h.append("Gw-Null: 1")
-    if r.headers:
-        h.append(f"Gw-H: {_encode_record_headers(r.headers)}")
-    return ("NATS/1.0\r\n" + "\r\n".join(h) + "\r\n\r\n").encode()
-
-
-def msg_record(m: Msg, offset: int) -> Record:
-    rh = m.raw_header
-    ts = rh(b"\r\nGw-Ts: ")
-    if ts is not None:
-        timestamp = int(ts)
-    else:
-        stamp = m.header("Nats-Time-Stamp")
-        timestamp = _js_time_us(stamp) if stamp else -1
-    key = rh(b"\r\nGw-Key: ")
-    hdrs = rh(b"\r\nGw-H: ")
-    return Record(
-        base64.b64decode(key) if key is not None else None,
-        None if b"\r\nGw-Null: " in m.raw else m.payload,
-        _decode_record_headers(hdrs.decode()) if hdrs else (),
-        timestamp,
-        offset,
-    )
-
-
-def msg_seq(m: Msg) -> int:
-    """The stream sequence of a direct-get reply (the server writes ``Nats-Sequence: N``)."""
-    value = m.raw_header(b"\r\nNats-Sequence: ")
-    return int(value) if value else 0
-
-
-def _js_error(msg: Msg) -> dict | None:
-    """The JetStream API error of a reply, or None. A 503 status means no responders."""
-    if msg.status == STATUS_NO_RESPONDERS:
-        return {"code": 503, "err_code": 0, "description": "no responders"}
-    if not msg.payload:
-        return None
-    data = json.loads(msg.payload)
-    return data.get("error")
 
 
 class NatsBackend(Backend):
@@ -217,7 +72,7 @@ class NatsBackend(Backend):
                 nkey_seed_file=config.nkey_seed_file,
                 creds_file=config.creds_file,
             )
-            context = _ssl_context(config)
+            context = ssl_context(config)
         except (NatsAuthError, OSError, ssl.SSLError) as exc:
             raise ConfigError([f"backends.{name}: {exc}"]) from None
         self.client = NatsClient(
@@ -251,7 +106,7 @@ class NatsBackend(Backend):
             reply = await self.client.request("$JS.API.INFO", b"", timeout=2.0)
         except GatewayError as exc:
             return False, exc.message
-        err = _js_error(reply)
+        err = js_error(reply)
         if err is not None:
             return False, f"JetStream: {err.get('description')}"
         return True, "ok"
@@ -726,7 +581,7 @@ class NatsBackend(Backend):
             err = data.get("error")
             if err is not None:
                 self._last_seq.pop((topic, partition), None)
-                if base < 0 and expected_offset is not None and _wrong_last_sequence(err):
+                if base < 0 and expected_offset is not None and wrong_last_sequence(err):
                     _, hw = await self._stream_state(topic, partition)
                     raise offset_mismatch(topic, partition, expected_offset, hw)
                 if base >= 0:
@@ -830,12 +685,6 @@ def _registry_entry(name: str, raw: bytes) -> tuple[TopicInfo, tuple[str, ...]]:
     return TopicInfo(name, count, tuple(tuple(kv) for kv in data["config"])), ids
 
 
-def _wrong_last_sequence(err: dict) -> bool:
-    """A refusal of ``Nats-Expected-Last-Sequence``: err_code 10071 (also what the commit of
-    an atomic batch whose first message carried it answers)."""
-    return err.get("err_code") == JS_WRONG_LAST_SEQUENCE
-
-
 class _Conflict(Exception):
     """A compare-and-set publish found another revision."""
 
@@ -845,3 +694,5 @@ def _factory(name: str, options: Any, config: Any) -> Backend:
 
 
 BACKEND = BackendSpec("nats", NatsConfig, _factory)
+
+__all__ = ["BACKEND", "NatsBackend", "NatsConfig"]

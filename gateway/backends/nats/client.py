@@ -13,7 +13,6 @@ mistakes an unacknowledged publish for an acknowledged one.
 from __future__ import annotations
 
 import itertools
-import os
 import secrets
 import ssl
 from collections.abc import Sequence
@@ -447,7 +446,3 @@ class NatsClient:
         if p.error is not None:
             raise p.error
         return p.msgs
-
-
-def new_id() -> str:
-    return os.urandom(8).hex()

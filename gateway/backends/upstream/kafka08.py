@@ -1,5 +1,5 @@
 """Upstream Kafka 0.8: a Kafka 0.8 broker (or a gateway's Kafka 0.8 listener) through
-``gateway.backends.upstream.kafka08_client`` (the codec's client role, ``ClientConnection``).
+``gateway.protocols.kafka08.client`` (the codec's client role, ``ClientConnection``).
 
 Mapping: topics, partitions and offsets are Kafka's (``topic_prefix`` + name). Records are
 produced as magic-1 messages (key, value, millisecond timestamp; nulls kept), acks -1; 0.8 has no
@@ -19,7 +19,6 @@ from typing import Any
 
 from gateway.backends.base import unsupported
 from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
-from gateway.backends.upstream.kafka08_client import Kafka08Client, Kafka08Error
 from gateway.model import (
     AppendResult,
     ErrorCode,
@@ -30,6 +29,7 @@ from gateway.model import (
     TopicInfo,
 )
 from gateway.protocols.kafka08 import codec as kc
+from gateway.protocols.kafka08.client import Kafka08Client, Kafka08Error
 from gateway.protocols.kafka08.messageset import InvalidMessageSet
 
 _CODES = {

@@ -1,5 +1,5 @@
 """Upstream Liftbridge: a Liftbridge server (or a gateway's Liftbridge listener) through
-``gateway.backends.upstream.liftbridge_client`` (gRPC on the codec's client role).
+``gateway.protocols.liftbridge.client`` (gRPC on the codec's client role).
 
 Mapping: a topic is a stream (``topic_prefix`` + name), its ``subject`` setting the stream's
 subject (default: the name); partitions and offsets are Liftbridge's. Records: key and value (an
@@ -19,7 +19,6 @@ from typing import Any
 
 from gateway.backends.base import unsupported
 from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
-from gateway.backends.upstream.liftbridge_client import GrpcStatusError, LiftbridgeClient
 from gateway.model import (
     RESERVED_HEADER_PREFIX,
     AppendResult,
@@ -31,6 +30,7 @@ from gateway.model import (
     TopicInfo,
 )
 from gateway.protocols.liftbridge import codec as lc
+from gateway.protocols.liftbridge.client import GrpcStatusError, LiftbridgeClient
 
 SERVER_HEADERS = frozenset({"subject", "reply"})
 _STATUS = {

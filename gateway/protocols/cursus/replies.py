@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gateway.model import RecordBatch
 from gateway.protocols.cursus import codec
-from gateway.protocols.cursus.codec import CURSUS_BLOCK, CursusBlockCodec
+from gateway.protocols.cursus.block import CURSUS_BLOCK, CursusBlockCodec, append_patched
 
 
 @dataclass
@@ -61,7 +61,7 @@ def build_reply_frame(
             block, start, stop = window
             end = _fit(block, start, stop, budget, not count)
             capped = end < stop
-            n, fs, ls = codec.append_patched(out, block, b.base_offset, start, end)
+            n, fs, ls = append_patched(out, block, b.base_offset, start, end)
             offset = b.base_offset + end - 1
         else:
             msgs = [codec.record_to_message(r) for r in b.records]

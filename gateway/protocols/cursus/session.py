@@ -47,8 +47,8 @@ from gateway.observability import (
     protocol_error,
 )
 from gateway.protocols.cursus import codec
+from gateway.protocols.cursus.block import CURSUS_BLOCK
 from gateway.protocols.cursus.codec import (
-    CURSUS_BLOCK,
     Ack,
     BatchDecodeError,
     FrameBuffer,

@@ -21,11 +21,15 @@ from typing import Any
 
 from gateway.observability import REQUEST_LATENCY, labelled, protocol_error
 from gateway.protocols.kafka import (
+    admin,
     api_versions,
     cluster,
     fetch,
+    group_admin,
+    groups,
     list_offsets,
     metadata,
+    offsets,
     produce,
     producer_id,
     sasl,
@@ -67,7 +71,20 @@ APIS: dict[int, Api] = {
     22: Api("init_producer_id", 0, 4, producer_id.handle),
     36: Api("sasl_authenticate", 0, 2, sasl.authenticate),
     60: Api("describe_cluster", 0, 1, cluster.handle),
-    # group and admin APIs (FindCoordinator, JoinGroup, ..., DescribeConfigs) register here too
+    8: Api("offset_commit", 2, 9, offsets.offset_commit),
+    9: Api("offset_fetch", 2, 9, offsets.offset_fetch),
+    10: Api("find_coordinator", 1, 5, groups.find_coordinator),
+    11: Api("join_group", 0, 9, groups.join_group),
+    12: Api("heartbeat", 0, 4, groups.heartbeat),
+    13: Api("leave_group", 0, 5, groups.leave_group),
+    14: Api("sync_group", 0, 5, groups.sync_group),
+    15: Api("describe_groups", 0, 5, group_admin.describe_groups),
+    16: Api("list_groups", 0, 5, group_admin.list_groups),
+    19: Api("create_topics", 2, 7, admin.create_topics),
+    20: Api("delete_topics", 1, 6, admin.delete_topics),
+    32: Api("describe_configs", 1, 4, admin.describe_configs),
+    37: Api("create_partitions", 0, 3, admin.create_partitions),
+    42: Api("delete_groups", 0, 2, group_admin.delete_groups),
 }
 
 

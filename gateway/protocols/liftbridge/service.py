@@ -4,11 +4,10 @@ A stream is a topic; its subject is the topic config key ``subject`` (the stream
 made through other protocols). This gateway is the one broker and the leader of every partition.
 Cursors are committed offsets: cursor id = group name (``CommitOffset``/``FetchOffset``), listed
 as the internal stream ``__cursors`` (one partition) so clients find a leader for them.
-Consumer groups map onto the core's group coordinator (epoch = generation - 1: a new group's
-epoch is 0, as on the reference server; every join or leave moves it on here).
+The consumer-group RPCs are in ``groups.py`` (:class:`GroupRpcs`, a part of :class:`Service`).
 
-Errors are raised as :class:`RpcError` (a gRPC status and message); :func:`status_for` maps the
-model's error codes to the statuses the reference server uses.
+Errors are raised as :class:`~gateway.protocols.liftbridge.statuses.RpcError` (a gRPC status and
+message); ``statuses.py`` maps the model's error codes to the statuses the reference server uses.
 """
 
 from __future__ import annotations
@@ -31,21 +30,21 @@ from gateway.model import (
     Fetch,
     FetchOffset,
     GatewayError,
-    JoinGroup,
-    LeaveGroup,
     ListOffsets,
     ListTopics,
     OffsetSpec,
     Produce,
     Record,
     RecordBatch,
-    SyncGroup,
     TopicInfo,
 )
 from gateway.observability import RECORDS_IN, RECORDS_OUT, labelled
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
-from gateway.protocols.liftbridge.codec import PublishAckEncoder, Status, frame_message
+from gateway.protocols.liftbridge.acks import PublishAckEncoder
+from gateway.protocols.liftbridge.codec import Status, frame_message
+from gateway.protocols.liftbridge.groups import GroupRpcs, group_epoch
 from gateway.protocols.liftbridge.state import LiftbridgeState
+from gateway.protocols.liftbridge.statuses import RpcError, async_error, rpc_error, text
 
 PROTOCOL = "liftbridge"
 CURSORS_STREAM = "__cursors"
@@ -53,119 +52,8 @@ ACTIVITY_STREAM = "__activity"
 RESERVED_STREAMS = frozenset({CURSORS_STREAM, ACTIVITY_STREAM})
 ACK_NAMESPACE = "liftbridge-default"
 CORRELATION_HEADER = RESERVED_HEADER_PREFIX + "liftbridge.correlation_id"
-CONSUMER_TIMEOUT_NS = 15_000_000_000
-COORDINATOR_TIMEOUT_NS = 15_000_000_000
 SUBSCRIBE_WAIT_MS = 1000
 SUBSCRIBE_MAX_BYTES = 1 << 20
-
-
-# The reference server's (Liftbridge v1.9.0) status messages, declared once: clients and
-# operators see the same texts from the gateway. ``{}`` fields are filled with str.format.
-TEXT = {
-    # CreateStream, DeleteStream
-    "name_empty": "Name cannot be empty",
-    "subject_invalid": "Subject is invalid",
-    "stream_reserved": "Stream is reserved",
-    "stream_exists": "stream already exists",
-    "replication_factor": "Invalid replicationFactor {rf}",
-    "replication_factor_cluster": "Invalid replicationFactor {rf}, cluster size {size}",
-    "stream_does_not_exist": "stream does not exist",
-    # PauseStream, SetStreamReadonly
-    "stream_not_found": "stream not found",  # no partitions listed
-    "partition_does_not_exist": "partition does not exist",
-    # Subscribe
-    "no_consumer_id": "Consumer id cannot be empty when group id is provided",
-    "no_such_partition": "No such partition",
-    "unknown_start": "Unknown StartPosition {pos}",
-    "unknown_stop": "Unknown StopPosition {pos}",
-    "stop_before_start": "Stop offset is before start offset: {stop} < {start}",
-    "stream_empty": "Stream is empty",
-    "stop_reached": "Stop offset reached",
-    "readonly_end": "End of readonly partition",
-    "log_deleted": "commit log was deleted",  # the subscription's stream was deleted
-    "log_closed": "commit log was closed",  # the subscription's partition was paused
-    # FetchPartitionMetadata
-    "partition_not_found": "partition not found",
-    # Publish, PublishAsync
-    "publish_no_stream": "no stream provided",
-    "publish_no_such_stream": "no such stream: {stream}",
-    "publish_no_such_partition": "no such partition: {partition}",
-    "publish_readonly": "readonly partition: {partition}",
-    "publish_occ_no_ack": "stream with concurrency control must have AckPolicy set",
-    "incorrect_offset": "incorrect expected offset",
-    "too_large": "message exceeds max replication size",
-    # cursors, consumer groups
-    "no_stream": "No stream provided",
-    "no_cursor_id": "No cursorId provided",
-    "no_group_id": "No groupId provided",
-    "no_consumer": "No consumerId provided",
-    "no_streams": "No streams provided",
-    "no_coordinator": "No coordinator provided",
-    "group_not_found": "consumer group does not exist",
-    "not_member": "consumer is not a member of the consumer group",
-    "group_epoch": "client-provided group epoch differs from broker group epoch",
-    "report_no_group": "No such consumer group {group}",
-    "report_coordinator": (
-        "Coordinator generation mismatch, current coordinator: {coordinator} epoch: {epoch}, "
-        "got coordinator: {got} epoch: {got_epoch}"
-    ),
-    "report_not_member": "Consumer {consumer} is not a member of consumer group {group}",
-}
-
-
-def text(key: str, **fields: object) -> str:
-    """The reference server's message ``key`` of :data:`TEXT`, its fields filled."""
-    return TEXT[key].format(**fields) if fields else TEXT[key]
-
-
-class RpcError(Exception):
-    def __init__(self, status: Status, message: str) -> None:
-        super().__init__(f"{status.name}: {message}")
-        self.status = status
-        self.message = message
-
-
-_STATUS_FOR: dict[ErrorCode, Status] = {
-    ErrorCode.UNKNOWN_TOPIC: Status.NOT_FOUND,
-    ErrorCode.UNKNOWN_PARTITION: Status.NOT_FOUND,
-    ErrorCode.UNKNOWN_GROUP: Status.NOT_FOUND,
-    ErrorCode.TOPIC_EXISTS: Status.ALREADY_EXISTS,
-    ErrorCode.GROUP_EXISTS: Status.ALREADY_EXISTS,
-    ErrorCode.INVALID_REQUEST: Status.INVALID_ARGUMENT,
-    ErrorCode.INVALID_TOPIC: Status.INVALID_ARGUMENT,
-    ErrorCode.INVALID_PARTITIONS: Status.INVALID_ARGUMENT,
-    ErrorCode.RECORD_TOO_LARGE: Status.INVALID_ARGUMENT,
-    ErrorCode.OFFSET_OUT_OF_RANGE: Status.INVALID_ARGUMENT,
-    ErrorCode.CORRUPT_MESSAGE: Status.INVALID_ARGUMENT,
-    ErrorCode.READ_ONLY: Status.FAILED_PRECONDITION,
-    ErrorCode.NOT_COORDINATOR: Status.FAILED_PRECONDITION,
-    ErrorCode.UNKNOWN_MEMBER: Status.FAILED_PRECONDITION,
-    ErrorCode.ILLEGAL_GENERATION: Status.FAILED_PRECONDITION,
-    ErrorCode.REBALANCE_IN_PROGRESS: Status.FAILED_PRECONDITION,
-    ErrorCode.UNAUTHORIZED: Status.PERMISSION_DENIED,
-    ErrorCode.UNAUTHENTICATED: Status.UNAUTHENTICATED,
-    ErrorCode.BACKEND_UNAVAILABLE: Status.UNAVAILABLE,
-    ErrorCode.TIMEOUT: Status.DEADLINE_EXCEEDED,
-    ErrorCode.UNSUPPORTED: Status.UNIMPLEMENTED,
-    ErrorCode.DUPLICATE_SEQUENCE: Status.ALREADY_EXISTS,
-    # a unary Publish whose expectedOffset missed: the reference server turns the
-    # INCORRECT_OFFSET ack into Unknown
-    ErrorCode.OFFSET_MISMATCH: Status.UNKNOWN,
-    ErrorCode.OUT_OF_ORDER_SEQUENCE: Status.FAILED_PRECONDITION,
-    ErrorCode.INTERNAL: Status.INTERNAL,
-}
-
-_ASYNC_CODE_FOR: dict[Status, int] = {
-    Status.NOT_FOUND: pb.PublishAsyncError.NOT_FOUND,
-    Status.INVALID_ARGUMENT: pb.PublishAsyncError.BAD_REQUEST,
-    Status.FAILED_PRECONDITION: pb.PublishAsyncError.READONLY,
-    Status.PERMISSION_DENIED: pb.PublishAsyncError.PERMISSION_DENIED,
-    Status.UNKNOWN: pb.PublishAsyncError.INCORRECT_OFFSET,  # only OFFSET_MISMATCH is Unknown
-}
-
-
-def status_for(code: ErrorCode) -> Status:
-    return _STATUS_FOR.get(code, Status.INTERNAL)
 
 
 # A stream created with optimisticConcurrencyControl: a publish whose expectedOffset is not -1
@@ -187,19 +75,6 @@ def expected_offset(req: pb.PublishRequest, info: TopicInfo) -> int | None:
     if req.ackPolicy == pb.NONE:
         raise RpcError(Status.INVALID_ARGUMENT, text("publish_occ_no_ack"))
     return None if req.expectedOffset == NO_EXPECTED_OFFSET else req.expectedOffset
-
-
-# the reference server's texts for model errors it has its own words for
-_TEXT_FOR: dict[ErrorCode, str] = {
-    ErrorCode.TOPIC_EXISTS: "stream_exists",
-    ErrorCode.OFFSET_MISMATCH: "incorrect_offset",
-    ErrorCode.RECORD_TOO_LARGE: "too_large",
-}
-
-
-def rpc_error(exc: GatewayError) -> RpcError:
-    key = _TEXT_FOR.get(exc.code)
-    return RpcError(status_for(exc.code), text(key) if key else exc.message)
 
 
 class Sender(Protocol):
@@ -242,7 +117,7 @@ def stream_subject(info: TopicInfo) -> str:
     return info.get("subject") or info.name
 
 
-class Service:
+class Service(GroupRpcs):
     """The RPCs. One per connection (cheap); shared state is in :class:`LiftbridgeState`."""
 
     def __init__(
@@ -654,7 +529,7 @@ class Service:
                         self._topics.pop(first.stream, None)
                     raise rpc_error(exc) from None
             except RpcError as exc:
-                respond([frame_message(_async_error(r, exc).SerializeToString()) for r in run])
+                respond([frame_message(async_error(r, exc).SerializeToString()) for r in run])
                 continue
             self._records_in.inc(len(run))
             base = result.base_offset
@@ -695,7 +570,7 @@ class Service:
                     )
                 )
             except RpcError as exc:
-                answer = _async_error(r, exc)
+                answer = async_error(r, exc)
             else:
                 self._records_in.inc()
                 r.ackInbox = inbox
@@ -831,111 +706,6 @@ class Service:
         committed = await self._execute(FetchOffset(req.cursorId, req.stream, req.partition))
         return pb.FetchCursorResponse(offset=committed.offset)
 
-    # ------------------------------------------------------------------ consumer groups
-    async def JoinConsumerGroup(
-        self, req: pb.JoinConsumerGroupRequest
-    ) -> pb.JoinConsumerGroupResponse:
-        self._check_member(req)
-        if not req.streams:
-            raise RpcError(Status.INVALID_ARGUMENT, text("no_streams"))
-        for name in req.streams:
-            await self._stream(
-                name, text("stream_does_not_exist"), status=Status.FAILED_PRECONDITION
-            )
-        result = await self._execute(
-            JoinGroup(
-                req.groupId,
-                tuple(req.streams),
-                req.consumerId,
-                session_timeout_ms=CONSUMER_TIMEOUT_NS // 1_000_000,
-                create_member=True,
-            )
-        )
-        return pb.JoinConsumerGroupResponse(
-            coordinator=self.broker_id,
-            epoch=group_epoch(result.generation),
-            consumerTimeout=CONSUMER_TIMEOUT_NS,
-            coordinatorTimeout=COORDINATOR_TIMEOUT_NS,
-        )
-
-    @staticmethod
-    def _check_member(req: Any) -> None:
-        if not req.groupId:
-            raise RpcError(Status.INVALID_ARGUMENT, text("no_group_id"))
-        if not req.consumerId:
-            raise RpcError(Status.INVALID_ARGUMENT, text("no_consumer"))
-
-    async def _group_generation(self, group: str, consumer: str, epoch: int | None = None) -> int:
-        """The group's generation (its epoch here), checked as the reference server does:
-        unknown group, then (for ``epoch``) an epoch ahead of the group's, then membership."""
-        desc = await self._execute(DescribeGroup(group))
-        if not desc.members:
-            raise RpcError(Status.NOT_FOUND, text("group_not_found"))
-        if epoch is not None and epoch > group_epoch(desc.generation):
-            raise RpcError(Status.FAILED_PRECONDITION, text("group_epoch"))
-        if not any(m.member_id == consumer for m in desc.members):
-            raise RpcError(Status.FAILED_PRECONDITION, text("not_member"))
-        return desc.generation
-
-    async def LeaveConsumerGroup(
-        self, req: pb.LeaveConsumerGroupRequest
-    ) -> pb.LeaveConsumerGroupResponse:
-        self._check_member(req)
-        await self._group_generation(req.groupId, req.consumerId)
-        await self._execute(LeaveGroup(req.groupId, req.consumerId))
-        return pb.LeaveConsumerGroupResponse()
-
-    async def FetchConsumerGroupAssignments(
-        self, req: pb.FetchConsumerGroupAssignmentsRequest
-    ) -> pb.FetchConsumerGroupAssignmentsResponse:
-        self._check_member(req)
-        generation = await self._group_generation(req.groupId, req.consumerId, req.epoch)
-        result = await self._execute(SyncGroup(req.groupId, req.consumerId, generation))
-        by_stream: dict[str, list[int]] = {}
-        for topic, partition in result.assignment.partitions:
-            by_stream.setdefault(topic, []).append(partition)
-        return pb.FetchConsumerGroupAssignmentsResponse(
-            epoch=group_epoch(generation),
-            assignments=[
-                pb.PartitionAssignment(stream=s, partitions=sorted(ps))
-                for s, ps in sorted(by_stream.items())
-            ],
-        )
-
-    async def ReportConsumerGroupCoordinator(
-        self, req: pb.ReportConsumerGroupCoordinatorRequest
-    ) -> pb.ReportConsumerGroupCoordinatorResponse:
-        self._check_member(req)
-        if not req.coordinator:
-            raise RpcError(Status.INVALID_ARGUMENT, text("no_coordinator"))
-        # One broker: the coordinator cannot be replaced; acknowledging is all there is to do,
-        # after the reference server's checks (all FAILED_PRECONDITION here)
-        desc = await self._execute(DescribeGroup(req.groupId))
-        if not desc.members:
-            raise RpcError(Status.FAILED_PRECONDITION, text("report_no_group", group=req.groupId))
-        if req.coordinator != self.broker_id or req.epoch != group_epoch(desc.generation):
-            raise RpcError(
-                Status.FAILED_PRECONDITION,
-                text(
-                    "report_coordinator",
-                    coordinator=self.broker_id,
-                    epoch=group_epoch(desc.generation),
-                    got=req.coordinator,
-                    got_epoch=req.epoch,
-                ),
-            )
-        if not any(m.member_id == req.consumerId for m in desc.members):
-            raise RpcError(
-                Status.FAILED_PRECONDITION,
-                text("report_not_member", consumer=req.consumerId, group=req.groupId),
-            )
-        return pb.ReportConsumerGroupCoordinatorResponse()
-
-
-def group_epoch(generation: int) -> int:
-    """A group's Liftbridge epoch from the core's generation (1 after the first join)."""
-    return max(0, generation - 1)
-
 
 def _enum_name(enum: Any, value: int) -> str:
     """An enum value as Go's protobuf prints it: its name, or the number when unknown."""
@@ -943,15 +713,6 @@ def _enum_name(enum: Any, value: int) -> str:
         return str(enum.Name(value))
     except ValueError:
         return str(value)
-
-
-def _async_error(req: pb.PublishRequest, exc: RpcError) -> pb.PublishResponse:
-    code = _ASYNC_CODE_FOR.get(exc.status, pb.PublishAsyncError.INTERNAL)
-    return pb.PublishResponse(
-        correlationId=req.correlationId,
-        asyncError=pb.PublishAsyncError(code=code, message=exc.message),
-        ack=pb.Ack(),
-    )
 
 
 def _message(r: Record, stream: str, partition: int, subject: str) -> pb.Message:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,9 +22,6 @@ from gateway.protocols.base import PerCore
 
 FLAGS_NS = "liftbridge"
 REFRESH_S = 1.0
-
-EndCallback = Callable[[int, str], None]
-"""Ends a subscription with (grpc status, message)."""
 
 
 @dataclass

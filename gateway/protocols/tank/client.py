@@ -129,16 +129,6 @@ class TankClient:
         statuses = resp.topics[0].statuses
         return None if statuses is None else statuses[0]
 
-    async def produce_many(self, topic: str, bundles: Sequence[tuple[int, bytes]]) -> list[int]:
-        """One produce request carrying pre-encoded ``(partition, bundle)`` entries."""
-        parts = [ProducePartition(p, b) for p, b in bundles]
-        req = ProduceRequest(self._id(), [ProduceTopic(topic, parts)], client_id=self.client_id)
-        resp = await self.request(req)
-        statuses = resp.topics[0].statuses
-        if statuses is None:
-            raise TankError("produce: unknown topic", 0xFF)
-        return statuses
-
     async def consume_raw(
         self,
         topic: str,

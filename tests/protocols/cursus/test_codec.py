@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from gateway.model import Record
 from gateway.protocols.cursus import codec
+from gateway.protocols.cursus.block import CURSUS_BLOCK, patch_offsets
 from gateway.protocols.cursus.codec import (
-    CURSUS_BLOCK,
     Ack,
     BatchDecodeError,
     FrameBuffer,
@@ -284,7 +284,7 @@ def test_batch_round_trip(msgs, partition, idempotent):
 def test_block_keeps_messages_and_patches_offsets(msgs, base):
     batch = codec.decode_batch(codec.encode_batch(codec.make_batch("t", 0, msgs)))
     block = CURSUS_BLOCK.block(batch.body, batch.starts, 1234)
-    body, count, first, last = codec.patch_offsets(block, base)
+    body, count, first, last = patch_offsets(block, base)
     assert (count, first, last) == (len(msgs), msgs[0].seq, msgs[-1].seq)
     assert codec.decode_messages(body, count) == [
         m._replace(offset=base + i) for i, m in enumerate(msgs)
@@ -312,7 +312,7 @@ def test_block_window_patch(msgs, data):
     block = CURSUS_BLOCK.block(batch.body, batch.starts, 1)
     start = data.draw(st.integers(0, len(msgs) - 1))
     stop = data.draw(st.integers(start + 1, len(msgs)))
-    body, count, first, last = codec.patch_offsets(block, 100, start, stop)
+    body, count, first, last = patch_offsets(block, 100, start, stop)
     want = [m._replace(offset=100 + i) for i, m in enumerate(msgs)][start:stop]
     assert codec.decode_messages(body, count) == want
     assert (first, last) == (want[0].seq, want[-1].seq)
@@ -339,7 +339,7 @@ def test_uniform_batches_take_the_strided_path(n, data):
     block = CURSUS_BLOCK.block(batch.body, batch.starts, 1)
     start = data.draw(st.integers(0, n - 1))
     stop = data.draw(st.integers(start + 1, n))
-    body, count, first, last = codec.patch_offsets(block, 2**40, start, stop)
+    body, count, first, last = patch_offsets(block, 2**40, start, stop)
     want = [m._replace(offset=2**40 + i) for i, m in enumerate(msgs)][start:stop]
     assert codec.decode_messages(body, count) == want and (first, last) == (
         want[0].seq,
@@ -355,7 +355,7 @@ def test_one_different_length_is_not_uniform(field):
     batch = codec.decode_batch(codec.encode_batch(codec.make_batch("t", 0, msgs)))
     assert not isinstance(batch.starts, range)
     assert batch.messages() == msgs
-    body, count, _, _ = codec.patch_offsets(CURSUS_BLOCK.block(batch.body, batch.starts, 1), 0)
+    body, count, _, _ = patch_offsets(CURSUS_BLOCK.block(batch.body, batch.starts, 1), 0)
     assert codec.decode_messages(body, count) == [m._replace(offset=i) for i, m in enumerate(msgs)]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from gateway.model import Record, RecordBatch
 from gateway.protocols.cursus import codec
-from gateway.protocols.cursus.codec import CURSUS_BLOCK, Message
+from gateway.protocols.cursus.block import CURSUS_BLOCK
+from gateway.protocols.cursus.codec import Message
 from gateway.protocols.cursus.replies import build_reply_frame
 
 

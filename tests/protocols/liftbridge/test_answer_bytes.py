@@ -12,7 +12,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.model import Fetch
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
-from gateway.protocols.liftbridge.client import LiftbridgeClient, RpcFailed
+from gateway.protocols.liftbridge.client import GrpcStatusError, LiftbridgeClient
 from gateway.protocols.liftbridge.service import Service
 from tests.support import make_config, serving
 
@@ -40,7 +40,7 @@ async def test_subscribe_reads_at_most_max_answer_bytes(
             for i in range(5):
                 await lb.call("Publish", pb.PublishRequest(stream="s", value=b"%d" % i * 2000))
             got = []
-            with pytest.raises(RpcFailed) as info:
+            with pytest.raises(GrpcStatusError) as info:
                 async for m in lb.subscribe(
                     pb.SubscribeRequest(
                         stream="s", startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST

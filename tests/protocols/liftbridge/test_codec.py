@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
+from gateway.protocols.liftbridge.acks import PublishAckEncoder
 from gateway.protocols.liftbridge.codec import (
     METHODS,
     CallEnded,
@@ -25,7 +26,6 @@ from gateway.protocols.liftbridge.codec import (
     GrpcConnection,
     HalfClosed,
     MessageReceived,
-    PublishAckEncoder,
     RemoteProtocolError,
     ResponseStarted,
     Status,

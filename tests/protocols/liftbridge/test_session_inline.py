@@ -12,7 +12,7 @@ import pytest
 
 from gateway.config import parse_config
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
-from gateway.protocols.liftbridge.client import LiftbridgeClient
+from gateway.protocols.liftbridge.client import Call, GrpcStatusError, LiftbridgeClient
 from gateway.protocols.liftbridge.session import Session
 from tests.support import make_config, serving
 
@@ -33,20 +33,22 @@ def task_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 async def _whole_call(lb: LiftbridgeClient, requests: list[pb.PublishRequest]) -> list[Any]:
     """One PublishAsync call written in one go (HEADERS, DATA, END_STREAM); its responses and
-    final item (None for OK trailers, else RpcFailed)."""
-    sid, recv = lb._open("PublishAsync", None)
+    final item (None for OK trailers, else GrpcStatusError)."""
+    call = lb.open_call("PublishAsync")
     if requests:
-        lb.conn.send_messages(sid, requests)
-    lb.conn.end_call(sid)
-    await lb._flush()
-    return await _rest(recv)
+        lb.conn.send_messages(call.stream_id, requests)
+    await call.end()
+    return await _rest(call)
 
 
-async def _rest(recv: Any) -> list[Any]:
-    """The call's items up to its end (None: OK trailers; RpcFailed: another status)."""
+async def _rest(call: Call) -> list[Any]:
+    """The call's items up to its end (None: OK trailers; GrpcStatusError: another status)."""
     out = []
     while True:
-        item = await recv.receive()
+        try:
+            item = await call.receive()
+        except GrpcStatusError as exc:
+            item = exc
         out.append(item)
         if not isinstance(item, pb.PublishResponse):
             return out
@@ -108,10 +110,9 @@ async def test_pending_call_interleaved_with_others(tmp_path: Path, task_calls: 
             await lb.call("CreateStream", pb.CreateStreamRequest(name="s", subject="s"))
             task_calls.clear()
             # call A stays open: its first message is answered, its end comes later
-            sid_a, recv_a = lb._open("PublishAsync", None)
-            lb.conn.send_messages(sid_a, [_req("s", b"a0", "a0")])
-            await lb._flush()
-            first = await recv_a.receive()
+            call_a = lb.open_call("PublishAsync")
+            await call_a.send([_req("s", b"a0", "a0")])
+            first = await call_a.receive()
             assert (first.correlationId, first.ack.offset) == ("a0", 0)
             # whole calls while A is open take the task path and are answered
             for i in range(3):
@@ -119,10 +120,9 @@ async def test_pending_call_interleaved_with_others(tmp_path: Path, task_calls: 
                 assert got[-1] is None
                 assert (got[0].correlationId, got[0].ack.offset) == (f"b{i}", 1 + i)
             # A goes on, then ends
-            lb.conn.send_messages(sid_a, [_req("s", b"a1", "a1")])
-            lb.conn.end_call(sid_a)
-            await lb._flush()
-            rest = await _rest(recv_a)
+            await call_a.send([_req("s", b"a1", "a1")])
+            await call_a.end()
+            rest = await _rest(call_a)
             assert [(r.correlationId, r.ack.offset) for r in rest if r is not None] == [("a1", 4)]
             assert task_calls == ["PublishAsync"] * 4
             task_calls.clear()
@@ -139,10 +139,9 @@ async def test_call_with_timeout_takes_the_task(tmp_path: Path, task_calls: list
         async with await LiftbridgeClient.connect(host, port) as lb:
             await lb.call("CreateStream", pb.CreateStreamRequest(name="s", subject="s"))
             task_calls.clear()
-            sid, recv = lb._open("PublishAsync", 30.0)
-            lb.conn.send_messages(sid, [_req("s", b"v", "t")])
-            lb.conn.end_call(sid)
-            await lb._flush()
-            items = await _rest(recv)
+            call = lb.open_call("PublishAsync", 30.0)
+            lb.conn.send_messages(call.stream_id, [_req("s", b"v", "t")])
+            await call.end()
+            items = await _rest(call)
             assert items[0].ack.offset == 0 and items[-1] is None
             assert task_calls == ["PublishAsync"]

@@ -1,0 +1,139 @@
+"""The running gateway's admin endpoint as the data commands of the command line reach it
+(topics, produce, consume, groups, matrix), and the fallback when no gateway answers: the
+configured backends opened in this process."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from gateway.cli_errors import CliError
+from gateway.config import GatewayConfig
+
+
+class AdminClient:
+    """Talks to a running gateway's admin endpoint."""
+
+    def __init__(
+        self, host: str, port: int, timeout: float = 30.0, token: str | None = None
+    ) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self.token = token  # the data API's bearer token (gateway/admin_auth.py client_token)
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            payload = None if body is None else json.dumps(body).encode()
+            headers = {"content-type": "application/json"} if payload is not None else {}
+            if self.token:
+                headers["authorization"] = f"Bearer {self.token}"
+            conn.request(method, path, body=payload, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        obj = json.loads(data) if data else None
+        if resp.status >= 400:
+            message = obj.get("error") if isinstance(obj, dict) else data.decode(errors="replace")
+            raise CliError(
+                f"the gateway at {self.host}:{self.port} answered {resp.status}: {message}"
+            )
+        return obj
+
+    def alive(self) -> bool:
+        try:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
+            conn.request("GET", "/healthz")
+            ok = conn.getresponse().status == 200
+            conn.close()
+            return ok
+        except OSError:
+            return False
+
+    def data_client(self) -> Any:
+        """A keep-alive client of the records API (binary batches) at the same endpoint, with
+        the same credential."""
+        from gateway.pipeline.client import GatewayClient
+
+        client = GatewayClient(f"{self.host}:{self.port}", timeout=self.timeout)
+        token = getattr(self, "token", None)
+        if token:
+            client.token = token
+        return client
+
+
+def admin_client(host: str, port: int, config: GatewayConfig | None = None) -> AdminClient:
+    """The client of the admin endpoint at ``host:port`` that every command uses (the one
+    place that gives it the data API's credential from ``config``)."""
+    from gateway.admin_auth import client_token
+
+    return AdminClient(host, port, token=client_token(config) if config is not None else None)
+
+
+def admin_host(config: GatewayConfig) -> str:
+    host = config.admin.host
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def admin_for(config: GatewayConfig) -> AdminClient | None:
+    if not config.admin.enabled or config.admin.port == 0:
+        return None
+    client = admin_client(admin_host(config), config.admin.port, config)
+    return client if client.alive() else None
+
+
+def no_gateway(config: GatewayConfig) -> str:
+    if not config.admin.enabled or config.admin.port == 0:
+        return "the config has no admin endpoint"
+    return f"no gateway answers at {admin_host(config)}:{config.admin.port}"
+
+
+def serve_hint(config: GatewayConfig) -> str:
+    where = "" if config.source == "<defaults>" else f" --config {config.source}"
+    return f"gateway serve{where}"
+
+
+def check_data_dirs(config: GatewayConfig) -> None:
+    """One clear line for a data directory that cannot be used, before a backend tries."""
+    from gateway.cli_checks import data_dir_problem, data_dirs
+
+    for key, path in data_dirs(config):
+        problem = data_dir_problem(key, path)
+        if problem:
+            raise CliError(problem)
+
+
+def direct(config: GatewayConfig, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Run ``fn(core)`` against the configured backends opened in this process. A backend
+    that lives only inside a gateway process (memory) cannot be reached this way."""
+    from gateway.server import build_backends, build_core
+
+    check_data_dirs(config)
+    inside = [n for n, b in config.backends.items() if b.type == "memory"]
+    if inside:
+        raise CliError(
+            f"{no_gateway(config)}, and backend {inside[0]!r} (memory) lives inside the "
+            f"gateway process: start it ({serve_hint(config)})"
+        )
+
+    async def main() -> Any:
+        backends = build_backends(config)
+        opened: list[Any] = []
+        async with trio.open_nursery() as nursery:
+            try:
+                for backend in backends.values():
+                    await backend.open(nursery)
+                    opened.append(backend)
+                return await fn(build_core(config, backends))
+            finally:
+                with trio.CancelScope(shield=True):
+                    for backend in opened:
+                        await backend.flush()
+                        await backend.close()
+                nursery.cancel_scope.cancel()
+
+    return trio.run(main)

@@ -1,0 +1,117 @@
+"""OffsetCommit v2-v9 and OffsetFetch v2-v9 (v8+ batched by group); v0-v1 are the 0.8
+session's. Committed offsets are the gateway's one store, keyed by (group, topic, partition):
+what a Kafka consumer of group ``g`` commits, a Cursus, Iggy or Kafka 0.8 consumer of ``g``
+reads, and the reverse. A member's commit (generation >= 0) is fenced by the group's
+generation; a commit without one (a simple consumer, ``assign()``) is stored as it comes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode as K
+
+from gateway.model import CommitOffset, ErrorCode, FetchOffset, GatewayError
+from gateway.protocols.kafka.codec import NO_THROTTLE, build, nested, response_class
+from gateway.protocols.kafka.context import KafkaContext, RequestHeader
+from gateway.protocols.kafka.groups import group_error
+
+OFFSET_METADATA_MAX = 4096
+"""Kafka's ``offset.metadata.max.bytes``: longer commit metadata is OFFSET_METADATA_TOO_LARGE."""
+
+
+async def offset_commit(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
+    cls = response_class(8, header.api_version)
+    topic_cls = nested(cls, "OffsetCommitResponseTopic")
+    part_cls = nested(cls, "OffsetCommitResponsePartition")
+    group = request.group_id
+    generation = request.generation_id_or_member_epoch
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            metadata = p.committed_metadata or ""
+            if len(metadata.encode()) > OFFSET_METADATA_MAX:
+                code = K.offset_metadata_too_large
+                ctx.count("offset_commit", str(int(code)))
+            else:
+                cmd = CommitOffset(
+                    group,
+                    t.name,
+                    p.partition_index,
+                    p.committed_offset,
+                    metadata,
+                    generation,
+                    request.member_id if generation >= 0 else "",
+                )
+                try:
+                    await ctx.core.execute(cmd)
+                    code = K.none
+                    ctx.count("offset_commit", "ok")
+                except GatewayError as exc:
+                    code = group_error(ctx, "offset_commit", exc, group=group, topic=t.name)
+            parts.append(build(part_cls, partition_index=p.partition_index, error_code=code))
+        topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
+    return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def _committed_topics(ctx: KafkaContext, group: str) -> list[tuple[str, list[int]]]:
+    """Every (topic, partitions) with an offset committed by ``group`` (a request for all)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition, _ in await ctx.core.groups.committed(group):
+        by_topic.setdefault(topic, []).append(partition)
+    return sorted(by_topic.items())
+
+
+async def _group_topics(
+    ctx: KafkaContext, group: str, wanted: Any, topic_cls: Any, part_cls: Any
+) -> tuple[Any, ...]:
+    """The answer's topics for one group: ``wanted`` is the request's topics (None: all)."""
+    if wanted is None:
+        asked = await _committed_topics(ctx, group)
+        everything = True
+    else:
+        asked = [(t.name, list(t.partition_indexes)) for t in wanted]
+        everything = False
+    topics = []
+    for name, partitions in asked:
+        parts = []
+        for partition in partitions:
+            offset, metadata, code = -1, "", K.none
+            try:
+                got = await ctx.core.execute(FetchOffset(group, name, partition))
+                offset, metadata = got.offset, got.metadata
+                ctx.count("offset_fetch", "ok")
+            except GatewayError as exc:
+                if everything and exc.code in (ErrorCode.UNAUTHORIZED, ErrorCode.UNKNOWN_TOPIC):
+                    continue  # a topic this listener may not read is not listed
+                code = group_error(ctx, "offset_fetch", exc, group=group, topic=name)
+            parts.append(
+                build(
+                    part_cls,
+                    partition_index=partition,
+                    committed_offset=offset,
+                    committed_leader_epoch=-1,
+                    metadata=metadata if offset >= 0 else "",
+                    error_code=code,
+                )
+            )
+        if parts or not everything:
+            topics.append(build(topic_cls, name=name, partitions=tuple(parts)))
+    return tuple(topics)
+
+
+async def offset_fetch(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
+    cls = response_class(9, header.api_version)
+    if header.api_version >= 8:
+        group_cls = nested(cls, "OffsetFetchResponseGroup")
+        topic_cls = nested(cls, "OffsetFetchResponseTopics")
+        part_cls = nested(cls, "OffsetFetchResponsePartitions")
+        groups = []
+        for g in request.groups:
+            topics = await _group_topics(ctx, g.group_id, g.topics, topic_cls, part_cls)
+            groups.append(build(group_cls, group_id=g.group_id, topics=topics, error_code=K.none))
+        return build(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    part_cls = nested(cls, "OffsetFetchResponsePartition")
+    topics = await _group_topics(ctx, request.group_id, request.topics, topic_cls, part_cls)
+    return build(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=K.none)

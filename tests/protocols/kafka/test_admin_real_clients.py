@@ -1,0 +1,92 @@
+"""confluent-kafka's AdminClient against the Kafka listener (embedded backend): create and
+delete topics, add partitions, describe topic and broker configs, list, describe and delete
+consumer groups, with the errors a broker gives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.protocols.kafka.group_clients import Member, admin, wait_for
+from tests.support import GatewayProcess
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    with GatewayProcess(
+        tmp_path_factory.mktemp("gw"), listeners={"kafka08": {}}, backend="embedded"
+    ) as gw:
+        yield gw
+
+
+def test_topics_partitions_and_configs(gateway: GatewayProcess) -> None:
+    bootstrap = "%s:%d" % gateway.address("kafka08")  # noqa: UP031
+    created, again, grown, shrunk, counts, configs, deleted, counts_after = admin(
+        bootstrap,
+        ("create_topics", [["at-1", 3, {"retention.ms": "60000"}], ["at-2", 1, {"x.y": "1"}]]),
+        ("create_topics", [["at-1", 3, {}]]),
+        ("create_partitions", [["at-1", 5]]),
+        ("create_partitions", [["at-1", 2]]),
+        ("topics", ["at-1", "at-2"]),
+        ("describe_configs", [["topic", "at-1"], ["broker", "0"], ["topic", "nope"]]),
+        ("delete_topics", ["at-1", "nope"]),
+        ("topics", ["at-1"]),
+    )
+    assert created["at-1"] == {"ok": None}
+    assert created["at-2"]["error"] == "INVALID_CONFIG" and "x.y" in created["at-2"]["text"]
+    assert again["at-1"]["error"] == "TOPIC_ALREADY_EXISTS"
+    assert grown == {"at-1": {"ok": None}}
+    assert shrunk["at-1"]["error"] == "INVALID_PARTITIONS"
+    assert counts == {"at-1": 5}  # at-2 was refused, so never created
+    topic = configs["at-1"]
+    assert topic["retention.ms"][0] == "60000"
+    assert topic["max.message.bytes"][0] == "1000012"
+    assert topic["cleanup.policy"][0] == "delete"
+    broker = configs["0"]
+    assert broker["message.max.bytes"][0] == "1000012"
+    assert broker["auto.create.topics.enable"][0] == "true"
+    assert configs["nope"] == {"error": "UNKNOWN_TOPIC_OR_PART"}
+    assert deleted["at-1"] == {"ok": None}
+    assert deleted["nope"]["error"] == "UNKNOWN_TOPIC_OR_PART"
+    assert counts_after == {}
+
+
+def test_list_describe_and_delete_groups(gateway: GatewayProcess) -> None:
+    bootstrap = "%s:%d" % gateway.address("kafka08")  # noqa: UP031
+    assert admin(bootstrap, ("create_topics", [["ag", 2, {}]]), ("produce", ["ag", 3, 2])) == [
+        {"ag": {"ok": None}},
+        0,
+    ]
+    member = Member("confluent-kafka", bootstrap, "ag", "admin-g")
+    try:
+        wait_for([member], lambda: member.owned == {("ag", 0), ("ag", 1)}, what="assignment")
+        member.commit_until(3)
+        listed, described, refused = admin(
+            bootstrap,
+            ("list_groups", None),
+            ("describe_groups", ["admin-g", "never-seen"]),
+            ("delete_groups", ["admin-g"]),
+        )
+        assert ["admin-g", "STABLE"] in listed
+        assert described["admin-g"] == {
+            "state": "STABLE",
+            "protocol": "range",
+            "members": [[["ag", 0], ["ag", 1]]],
+        }
+        assert described["never-seen"]["state"] == "DEAD"
+        assert refused["admin-g"]["error"] == "NON_EMPTY_GROUP"
+        member.stop()
+    finally:
+        member.kill()
+    listed, deleted, listed_after, again = admin(
+        bootstrap,
+        ("list_groups", None),
+        ("delete_groups", ["admin-g"]),
+        ("list_groups", None),
+        ("delete_groups", ["admin-g"]),
+    )
+    assert ["admin-g", "EMPTY"] in listed  # its committed offsets keep it
+    assert deleted == {"admin-g": {"ok": None}}
+    assert all(name != "admin-g" for name, _ in listed_after)
+    assert again["admin-g"]["error"] == "GROUP_ID_NOT_FOUND"

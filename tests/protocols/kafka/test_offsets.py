@@ -1,0 +1,97 @@
+"""OffsetCommit v2-v9 and OffsetFetch v2-v9 through the dispatcher: the gateway's one offset
+store (what a Cursus or Kafka 0.8 consumer of the group reads), generation fencing of members,
+all-topics fetches (null topics) and the v8+ batch by group."""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.errors import ErrorCode as K
+
+from gateway.model import CommitOffset, CreateTopic, FetchOffset
+from tests.protocols.kafka.kio_calls import call, make_context, sub
+from tests.protocols.kafka.test_groups import join
+
+
+def commit_topics(version: int, topic: str, *pairs: tuple[int, int], metadata: str = "m"):
+    parts = tuple(
+        sub(
+            8,
+            version,
+            "OffsetCommitRequestPartition",
+            partition_index=p,
+            committed_offset=o,
+            committed_leader_epoch=-1,
+            committed_metadata=metadata,
+        )  # fmt: skip
+        for p, o in pairs
+    )
+    return (sub(8, version, "OffsetCommitRequestTopic", name=topic, partitions=parts),)
+
+
+async def commit(ctx, version: int, group: str, topics, generation: int = -1, member: str = ""):
+    return await call(
+        ctx,
+        8,
+        version,
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member,
+        group_instance_id=None,
+        topics=topics,
+    )
+
+
+def codes(answer) -> list[tuple[str, int, K]]:
+    return [(t.name, p.partition_index, p.error_code) for t in answer.topics for p in t.partitions]
+
+
+@pytest.mark.parametrize(("commit_v", "fetch_v"), [(2, 2), (5, 5), (8, 7), (9, 7)])
+async def test_simple_commit_is_the_one_store_and_fetches_back(commit_v: int, fetch_v: int) -> None:
+    ctx = make_context()
+    await ctx.core.execute(CreateTopic("t", 2))
+    answer = await commit(ctx, commit_v, "g", commit_topics(commit_v, "t", (0, 5), (1, 7)))
+    assert codes(answer) == [("t", 0, K.none), ("t", 1, K.none)]
+    # what any other protocol's consumer of group g reads
+    assert (await ctx.core.execute(FetchOffset("g", "t", 1))).offset == 7
+    await ctx.core.execute(CommitOffset("g", "u", 0, 3))  # a commit from another protocol
+    asked = (sub(9, fetch_v, "OffsetFetchRequestTopic", name="t", partition_indexes=(0, 1, 2)),)
+    fetched = await call(ctx, 9, fetch_v, group_id="g", topics=asked, require_stable=False)
+    assert [(p.partition_index, p.committed_offset, p.metadata, p.error_code)
+            for p in fetched.topics[0].partitions] == [
+        (0, 5, "m", K.none), (1, 7, "m", K.none), (2, -1, "", K.none)]  # fmt: skip
+    everything = await call(ctx, 9, fetch_v, group_id="g", topics=None, require_stable=False)
+    assert {(t.name, p.partition_index, p.committed_offset) for t in everything.topics
+            for p in t.partitions} == {("t", 0, 5), ("t", 1, 7), ("u", 0, 3)}  # fmt: skip
+
+
+async def test_offset_fetch_v8_batches_groups() -> None:
+    ctx = make_context()
+    await ctx.core.execute(CommitOffset("g1", "t", 0, 4))
+    await ctx.core.execute(CommitOffset("g2", "t", 0, 9))
+    topics = (sub(9, 8, "OffsetFetchRequestTopics", name="t", partition_indexes=(0,)),)
+    groups = (
+        sub(9, 8, "OffsetFetchRequestGroup", group_id="g1", topics=topics),
+        sub(9, 8, "OffsetFetchRequestGroup", group_id="g2", topics=None),
+    )
+    answer = await call(ctx, 9, 8, groups=groups, require_stable=False)
+    assert [(g.group_id, g.topics[0].partitions[0].committed_offset) for g in answer.groups] == [
+        ("g1", 4),
+        ("g2", 9),
+    ]
+
+
+async def test_member_commits_are_fenced_and_metadata_is_bounded() -> None:
+    ctx = make_context()
+    joined = await join(ctx, 3)
+    me = joined.member_id
+    plan = (sub(14, 3, "SyncGroupRequestAssignment", member_id=me, assignment=b""),)
+    await call(ctx, 14, 3, group_id="g", generation_id=1, member_id=me, assignments=plan)
+    ok = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 1)), 1, me)
+    assert codes(ok) == [("t", 0, K.none)]
+    stale = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 2)), 0, me)
+    assert codes(stale) == [("t", 0, K.illegal_generation)]
+    stranger = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 2)), 1, "x")
+    assert codes(stranger) == [("t", 0, K.unknown_member_id)]
+    big = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 2), metadata="x" * 4097), 1, me)
+    assert codes(big) == [("t", 0, K.offset_metadata_too_large)]
+    assert (await ctx.core.execute(FetchOffset("g", "t", 0))).offset == 1
