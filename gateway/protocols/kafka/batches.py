@@ -17,12 +17,11 @@ from gateway.backends.kafka.records import (
     HEAD_SIZE,
     OVERHEAD,
     TRANSACTIONAL_FLAG,
-    KafkaRecordError,
     canonical_to_batch,
-    decompress,
 )
 from gateway.canonical import CANONICAL
 from gateway.model import RecordBatch
+from gateway.protocols.kafka.inflate import Corrupt, TooLarge, inflate
 from gateway.protocols.kafka.native import KAFKA_V2, at_offset
 
 NO_PRODUCER = -1
@@ -146,15 +145,15 @@ def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
     try:
         codec = attrs & COMPRESSION_MASK
         if codec:
-            records = decompress(codec, buf[start:])
+            records = inflate(codec, buf[start:])
             _walk(records, 0, len(records), count)
         else:
             _walk(buf, start, len(buf), count)
-    except (IndexError, KafkaRecordError) as exc:
+    except IndexError as exc:
         raise InvalidBatch(f"truncated records: {exc}", CORRUPT_MESSAGE) from None
-    except InvalidBatch:
-        raise
-    except Exception as exc:  # each codec library raises its own error type
+    except TooLarge as exc:
+        raise InvalidBatch(str(exc), MESSAGE_TOO_LARGE) from None
+    except Corrupt as exc:
         raise InvalidBatch(f"the batch does not decompress: {exc}", CORRUPT_MESSAGE) from None
     batch = RecordBatch(
         encoded=buf,

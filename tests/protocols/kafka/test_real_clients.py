@@ -44,19 +44,20 @@ def test_confluent_defaults_produce_and_read_back_headers_and_timestamps(
 def test_confluent_idempotent_producer_with_each_codec(gateway: GatewayProcess, codec: str) -> None:
     topic = f"idem-{codec}"
     produce = {"enable.idempotence": True, "compression.type": codec}
+    # 3000 records: batches of several compression blocks (lz4: linked 64 KiB blocks)
     out = confluent(
-        {"bootstrap": bootstrap(gateway), "topic": topic, "count": 200, "produce": produce}
+        {"bootstrap": bootstrap(gateway), "topic": topic, "count": 3000, "produce": produce}
     )
     assert out["delivery_errors"] == [] and out["unflushed"] == 0
     assert out["errors"] == []
-    assert out["records"] == expected(200)
+    assert out["records"] == expected(3000)
     # a second producer (a new producer id) appends after the first one's records
     again = confluent(
         {"bootstrap": bootstrap(gateway), "topic": topic, "count": 5, "produce": produce}
     )
-    assert sorted(again["offsets"]) == list(range(200, 205))
+    assert sorted(again["offsets"]) == list(range(3000, 3005))
     assert metric(gateway, "gateway_requests_total", api="init_producer_id", outcome="ok") >= 2
-    assert again["records"][200:] == expected(5, 200)
+    assert again["records"][3000:] == expected(5, 3000)
 
 
 def test_kafka_python_3_with_version_detection(gateway: GatewayProcess) -> None:
