@@ -113,7 +113,7 @@ async def _worker(config: GatewayConfig, ready_fd: int, peers: Peers) -> int:
     async with trio.open_nursery() as nursery:
         await nursery.start(serve_peers, server, peers)
 
-        async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async def run(task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
             try:
                 await server.run(announce=False, freeze_heap=True, task_status=task_status)
             finally:  # the server stopped: so does the siblings' socket

@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from gateway.backends.base import Backend
 from gateway.interop.drivers import DRIVERS, PROTOCOLS, Driver
 from gateway.model import Record, now_us
 
@@ -64,7 +65,7 @@ def upstream_fields(protocol: str) -> frozenset[str]:
     caps = next(
         v.capabilities
         for v in vars(module).values()
-        if isinstance(v, type) and getattr(v, "protocol", "") == protocol
+        if isinstance(v, type) and issubclass(v, Backend) and getattr(v, "protocol", "") == protocol
     )
     found = {"value"}
     found |= {"key"} if caps.keys else set()
@@ -193,12 +194,12 @@ async def run_matrix(
                 continue
             drivers[name] = driver
         where = create_at or addresses
-        name = next((n for n in CREATE_ORDER if n in where), None)
-        if name is None:
+        first = next((n for n in CREATE_ORDER if n in where), None)
+        if first is None:
             raise ValueError("the matrix needs a Cursus, TANK, Liftbridge or Kafka 0.8 listener")
-        creator = DRIVERS[name](*where[name], **dict(options.get(name, {})))
+        creator = DRIVERS[first](*where[first], **dict(options.get(first, {})))
         await creator.open()
-        drivers[f"creator:{name}"] = creator
+        drivers[f"creator:{first}"] = creator
         results = []
         for p in names:
             for c in names:
@@ -266,7 +267,7 @@ def format_table(results: Sequence[PairResult], markdown: bool = False) -> str:
         f"{passed}/{len(results)} pairs passed, {results[0].records if results else 0} "
         "records each (records/s: produce and consume, end to end)"
     )
-    fields_line = {}
+    fields_line: dict[str, list[str]] = {}
     for r in results:
         fields_line.setdefault(", ".join(r.checked), []).append(f"{r.producer}->{r.consumer}")
     lines.append("")

@@ -74,7 +74,7 @@ key-value state, has no time index we use and sends no append notifications. Eac
 backend overrides the rest with ``upstream_capabilities(...)``."""
 
 
-def upstream_capabilities(**overrides: bool | None) -> Capabilities:
+def upstream_capabilities(**overrides: bool) -> Capabilities:
     return replace(UPSTREAM_CAPABILITIES, **overrides)
 
 

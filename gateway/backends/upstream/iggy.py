@@ -42,7 +42,7 @@ from gateway.protocols.iggy.messages import (
 
 DEFAULT_STREAM = "default"
 S = c.Status
-_STATUS = {
+_STATUS: dict[int, ErrorCode] = {
     S.STREAM_ID_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
     S.STREAM_NAME_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
     S.TOPIC_ID_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,

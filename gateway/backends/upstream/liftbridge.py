@@ -33,7 +33,7 @@ from gateway.protocols.liftbridge import codec as lc
 from gateway.protocols.liftbridge.client import GrpcStatusError, LiftbridgeClient
 
 SERVER_HEADERS = frozenset({"subject", "reply"})
-_STATUS = {
+_STATUS: dict[int, ErrorCode] = {
     lc.Status.ALREADY_EXISTS: ErrorCode.TOPIC_EXISTS,
     lc.Status.OUT_OF_RANGE: ErrorCode.OFFSET_OUT_OF_RANGE,
     lc.Status.INVALID_ARGUMENT: ErrorCode.INVALID_REQUEST,

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.core.view import CoreView
 from gateway.model import (
     CommitOffset,
     CreatePartitions,
@@ -180,7 +181,7 @@ class CommandsAug2026:
     :class:`~gateway.protocols.cursus.groups.GroupCommands`."""
 
     ctx: Any
-    core: Any
+    core: CoreView
     cfg: Any
     state: CursusState
     _topic: Callable[[str], Awaitable[TopicInfo | None]]

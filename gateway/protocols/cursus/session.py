@@ -692,7 +692,7 @@ class CursusConnectionSession:
     def __init__(self, ctx: Any) -> None:
         self.session = CursusSession(ctx)
         self._frames = FrameBuffer(ctx.listener.max_frame_bytes)
-        self.conn = self
+        self.framing = self
         self.receive_data = self._frames.feed
         self.next_request = self._frames.next_frame
 
@@ -700,7 +700,7 @@ class CursusConnectionSession:
     def buffered(self) -> int:
         return len(self._frames)
 
-    def drain(self) -> None:
+    def drain(self, io: Connection) -> None:
         self.session.interrupt()
 
     async def handle(self, body: bytes, io: Connection) -> bool:

@@ -7,6 +7,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gateway.core.view import CoreView
 from gateway.model import (
     CreatePartitions,
     CreateTopic,
@@ -35,7 +36,7 @@ class TopicCommands:
     mixes this class in and provides the attributes below."""
 
     ctx: Any
-    core: Any
+    core: CoreView
     cfg: Any
     state: CursusState
     _topic: Callable[[str], Awaitable[TopicInfo | None]]

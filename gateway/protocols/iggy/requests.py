@@ -58,14 +58,14 @@ class Request:
 
     @classmethod
     def layout(cls, dialect: Dialect) -> Layout:
-        return LAYOUTS.get(cls.CODE, DIALECT_VERSION[dialect])  # type: ignore[no-any-return]
+        return LAYOUTS.get(cls.CODE, DIALECT_VERSION[dialect])
 
     def encode_payload(self, dialect: Dialect) -> bytes:
         return self.layout(dialect).encode(self)
 
     @classmethod
     def decode_payload(cls, buf: Buffer, dialect: Dialect) -> Request:
-        return cls.layout(dialect).decode(buf, exact=True)  # type: ignore[no-any-return]
+        return cls.layout(dialect).decode(buf, exact=True)
 
     def validate(self, dialect: Dialect) -> None:  # noqa: B027 - optional hook
         """Raise :class:`ValidationError` like the reference ``validate()``."""
@@ -203,7 +203,7 @@ class SendMessages(Request):
         topic, pos = IDENT.read(buf, pos)
         partitioning, pos = PARTITIONING.read(buf, pos)
         end = len(buf)
-        out: list[tuple[bytes, bytes, bytes]] = []
+        out: list[tuple[Buffer, Buffer, Buffer]] = []
         append = out.append
         unpack_u32 = _U32.unpack_from
         total = total_headers = 0

@@ -248,7 +248,7 @@ def encode_polled(
     return b"".join(parts)
 
 
-def decode_polled(payload: bytes | memoryview) -> PolledMessages:
+def decode_polled(payload: bytes | bytearray | memoryview) -> PolledMessages:
     r = Reader(payload)
     partition_id, current_offset, _count = r.unpack(_POLL_HEAD)
     msgs = []

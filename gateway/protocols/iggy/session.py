@@ -57,6 +57,7 @@ from gateway.observability import (
 from gateway.protocols.answers import LIMIT
 from gateway.protocols.base import PerCore
 from gateway.protocols.driver import Connection, drive
+from gateway.protocols.iggy import IggyListenerConfig
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.auth import LoginGuard, check_credentials, peer_host
 from gateway.protocols.iggy.messages import poll_reply, send_batch
@@ -105,21 +106,15 @@ class ClientInfo:
 class IggyState:
     """What every Iggy connection of one core shares."""
 
-    def __init__(self, core: Any, listener: Any) -> None:
-        self.registry = Registry(
-            core,
-            getattr(listener, "default_stream", "default"),
-            getattr(listener, "stream_separator", "."),
-        )
+    def __init__(self, core: Any, listener: IggyListenerConfig) -> None:
+        self.registry = Registry(core, listener.default_stream, listener.stream_separator)
         self.clients: dict[int, ClientInfo] = {}
         self.member_client: dict[str, int] = {}
         self.member_topics: dict[str, set[str]] = {}
         self._next_client = 0
         self.started_us = now_us()
         self.logins = LoginGuard(
-            getattr(listener, "max_concurrent_logins", 4),
-            getattr(listener, "login_backoff_s", 1.0),
-            getattr(listener, "max_login_peers", 10_000),
+            listener.max_concurrent_logins, listener.login_backoff_s, listener.max_login_peers
         )
 
     def new_client(self, address: str) -> ClientInfo:
@@ -132,7 +127,7 @@ class IggyState:
 _STATES: PerCore[IggyState] = PerCore()
 
 
-def state_for(core: Any, listener: Any) -> IggyState:
+def state_for(core: Any, listener: IggyListenerConfig) -> IggyState:
     return _STATES.get(core, lambda: IggyState(core, listener))
 
 
@@ -692,7 +687,7 @@ class IggyConnectionSession:
 
     def __init__(self, ctx: Any) -> None:
         self.session = IggySession(ctx)
-        self.conn = self
+        self.framing = self
         self.receive_data = self.session.conn.receive_data
         self.next_request = self.session.conn.next_frame
 

@@ -243,7 +243,9 @@ class Reader:
 
     __slots__ = ("buf", "pos", "end")
 
-    def __init__(self, buf: bytes | memoryview, pos: int = 0, end: int | None = None) -> None:
+    def __init__(
+        self, buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
+    ) -> None:
         self.buf = buf
         self.pos = pos
         self.end = len(buf) if end is None else end

@@ -135,7 +135,7 @@ class Session:
         self.cfg = cfg
         self.log = ctx.log.bind(protocol=PROTOCOL, peer=ctx.peer)
         self.kctx = modern_context.KafkaContext.for_connection(ctx, self.log)
-        self.conn = Frames(cfg.max_frame_bytes, modern.router(self.kctx))
+        self.conn = self.framing = Frames(cfg.max_frame_bytes, modern.router(self.kctx))
         self.receive_bytes = RECEIVE_BYTES
         self.codec = CODECS.get(cfg.fetch_compression, 0)
         self.node_id = cfg.node_id

@@ -613,7 +613,7 @@ class TankConnectionSession:
     def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
         self.session = TankSession(ctx)
-        self.conn = TankConnection(Role.SERVER, max_frame_bytes=ctx.listener.max_frame_bytes)
+        self.framing = TankConnection(Role.SERVER, max_frame_bytes=ctx.listener.max_frame_bytes)
         self.receive_bytes = RECEIVE_SIZE
         self.slots = trio.Semaphore(max(1, ctx.listener.max_in_flight))
 

@@ -1,0 +1,31 @@
+"""The core as its callers see it: :class:`gateway.core.engine.Core` itself, or a listener's
+:class:`gateway.core.acl.AclCore` in front of it. Sessions, the admin API and the group tools
+take a :class:`CoreView`, so they type-check against either."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from gateway.model import Command, TopicInfo
+
+if TYPE_CHECKING:  # the engine imports the group coordinator, which takes a CoreView
+    from gateway.core.groups import GroupCoordinator
+    from gateway.core.router import Router
+
+R = TypeVar("R")
+
+
+class CoreView(Protocol):
+    @property
+    def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    async def execute(self, command: Command[R]) -> R:
+        """The command's result, or a GatewayError."""
+        ...
+
+    async def topic(self, name: str, create: bool = False) -> TopicInfo:
+        """The topic, created first when ``create`` and the server auto-creates topics."""
+        ...
