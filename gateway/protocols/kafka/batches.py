@@ -18,8 +18,9 @@ from gateway.backends.kafka.records import (
     OVERHEAD,
     TRANSACTIONAL_FLAG,
     canonical_to_batch,
+    encode_batch,
 )
-from gateway.canonical import CANONICAL
+from gateway.canonical import CANONICAL, peek_header
 from gateway.model import RecordBatch
 from gateway.protocols.kafka.inflate import Corrupt, TooLarge, inflate
 from gateway.protocols.kafka.native import KAFKA_V2, at_offset
@@ -170,7 +171,8 @@ def fetch_records(
     """Stored batches as v2 batches, each at its backend offset: a whole batch a Kafka client
     produced goes back as it came; part of one (a read from inside it) and records stored by
     other protocols are written uncompressed, so the answer holds exactly what the backend gave
-    (and its size what the answer's budget counted)."""
+    (and its size what the answer's budget counted). Timestamps go out in milliseconds, as
+    Kafka has them (without the Kafka backend's ``_gw.us`` header for the microseconds)."""
     out: list[bytes | memoryview] = []
     for batch in batches:
         if not batch.count:
@@ -179,6 +181,17 @@ def fetch_records(
         if block is not None:
             out += at_offset(block, batch.base_offset)
             continue
-        data, _n = canonical_to_batch(batch.encode(CANONICAL), now_ms, batch.first_offset)
+        block = batch.encode(CANONICAL)
+        _count, min_ts, max_ts = peek_header(block)
+        if min_ts % 1000 == 0 and max_ts % 1000 == 0:
+            data, _n = canonical_to_batch(block, now_ms, batch.first_offset)
+        else:  # microseconds (another protocol's records): cut to the millisecond a client has
+            records = [
+                r._replace(timestamp_us=r.timestamp_us - r.timestamp_us % 1000)
+                if r.timestamp_us > 0
+                else r
+                for r in batch.records
+            ]
+            data = encode_batch(records, now_ms, batch.first_offset)
         out.append(data)
     return out

@@ -138,3 +138,15 @@ def test_a_whole_native_batch_goes_back_as_sent_a_part_of_it_re_encoded() -> Non
     got = decode_batches(b"".join(fetch_records([part], 0)), 0)
     assert [r.offset for r in got] == list(range(505, 510))
     assert [r[:4] for r in got] == [r[:4] for r in RECORDS[5:10]]
+
+
+def test_microsecond_timestamps_go_out_in_milliseconds_without_a_header() -> None:
+    """Records another protocol stored with microseconds reach a Kafka client at the
+    millisecond, with only their own headers."""
+    records = [
+        Record(b"k", b"v%d" % i, (("h", b"1"),), 1_700_000_000_123_456 + i) for i in range(3)
+    ]
+    got = decode_batches(b"".join(fetch_records([RecordBatch(records, base_offset=7)], 0)), 0)
+    assert [r.offset for r in got] == [7, 8, 9]
+    assert [r.timestamp_us for r in got] == [1_700_000_000_123_000] * 3
+    assert all(r.headers == (("h", b"1"),) for r in got)
