@@ -116,6 +116,7 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
         group_lease_ms=config.server.group_lease_ms,
         max_group_members=config.server.max_group_members,
         max_kafka_groups=config.server.max_kafka_groups,
+        max_producer_states=config.server.max_producer_states,
     )
 
 

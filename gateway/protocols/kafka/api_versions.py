@@ -15,7 +15,9 @@ API_VERSIONS = 18
 MAX_VERSION = 3
 
 
-def advertised(apis: dict[int, Any], legacy: tuple[tuple[int, int, int], ...]) -> list[tuple]:
+def advertised(
+    apis: dict[int, Any], legacy: tuple[tuple[int, int, int], ...]
+) -> list[tuple[int, int, int]]:
     """(key, min, max) rows: each modern range, extended down to the 0.8 session's versions of
     the same key when they meet it (ranges cannot have holes); 0.8-only keys as they are."""
     rows: dict[int, tuple[int, int]] = {

@@ -104,13 +104,16 @@ SASL_KEYS = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
 def route(api_key: int, version: int) -> bool:
     """True when (key, version) is answered here rather than by the 0.8 session: ApiVersions
     always (any version: an unknown one gets UNSUPPORTED_VERSION), the 0.8 session's own
-    versions never, every other version of an ``APIS`` row."""
+    versions never, every version of an ``APIS`` row from its lowest up (above its highest:
+    closed with a protocol error)."""
     if api_key == api_versions.API_VERSIONS:
         return True
     if _legacy(api_key, version):
         return False
     api = APIS.get(api_key)
-    return api is not None and api.min_version <= version <= api.max_version
+    # above the range too: refused here (closed) rather than misread by the 0.8 code, which
+    # reads any version of its APIs as v0; below it, the 0.8 code's behaviour is unchanged
+    return api is not None and api.min_version <= version
 
 
 def router(ctx: KafkaContext) -> Callable[[int, int], bool]:
