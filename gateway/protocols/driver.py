@@ -56,6 +56,7 @@ import trio
 
 from gateway.observability import BYTES_IN, BYTES_OUT, labelled, limit_hit, protocol_error
 from gateway.protocols.answers import send_pieces
+from gateway.protocols.buffer import Buffer
 from gateway.protocols.errors import RemoteProtocolError
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class Connection:
         self.ctx = ctx
         self.protocol = protocol
         self.log = ctx.log
-        self.out: list[bytes] = []
+        self.out: list[Buffer] = []
         self.failure: BaseException | None = None
         self.draining = False
         self._nursery: trio.Nursery | None = None
@@ -115,7 +116,7 @@ class Connection:
         self._bytes_out = labelled(BYTES_OUT, protocol)
 
     # ------------------------------------------------------------------ output
-    def answer(self, data: bytes) -> None:
+    def answer(self, data: Buffer) -> None:
         """Queue ``data``: it goes out with the next flush, after what was queued before."""
         self.out.append(data)
 
@@ -126,7 +127,7 @@ class Connection:
             out.clear()
             await self._send(data)
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: Buffer) -> None:
         """Write queued answers and ``data`` now."""
         if self.out:
             self.out.append(data)
@@ -134,7 +135,7 @@ class Connection:
         else:
             await self._send(data)
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, data: Buffer) -> None:
         if not self._tasks:
             # only the reading task sends (it started no task that is still running): no lock
             # (a lock per answer costs a few us of an in-order request)
