@@ -11,6 +11,7 @@ from gateway.model import Command, TopicInfo
 if TYPE_CHECKING:  # the engine imports the group coordinator, which takes a CoreView
     from gateway.core.groups import GroupCoordinator
     from gateway.core.router import Router
+    from gateway.core.waiters import Waiters
 
 R = TypeVar("R")
 
@@ -21,6 +22,12 @@ class CoreView(Protocol):
 
     @property
     def router(self) -> Router: ...
+
+    @property
+    def waiters(self) -> Waiters:
+        """The long-poll waits on new records (a protocol wakes them when a partition's
+        state changes without a record, e.g. made read-only)."""
+        ...
 
     async def execute(self, command: Command[R]) -> R:
         """The command's result, or a GatewayError."""
