@@ -71,7 +71,7 @@ class Framing(Protocol):
     @property
     def buffered(self) -> int: ...
 
-    def receive_data(self, data: bytes) -> None: ...
+    def receive_data(self, data: bytes | bytearray) -> None: ...
 
     def next_request(self) -> Any: ...
 
@@ -79,8 +79,11 @@ class Framing(Protocol):
 class Session(Protocol):
     """What a protocol gives the driver for one connection (see the module docstring)."""
 
-    framing: Framing
-    receive_bytes: int
+    @property
+    def framing(self) -> Framing: ...
+
+    @property
+    def receive_bytes(self) -> int: ...
 
     async def handle(self, request: Any, io: Connection) -> bool | None: ...
 
@@ -187,7 +190,7 @@ class Connection:
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
-    def begin_drain(self, session: Any) -> None:
+    def begin_drain(self, session: Session) -> None:
         """Once: mark the connection draining and call the session's ``drain`` hook."""
         if not self.draining:
             self.draining = True
@@ -209,7 +212,7 @@ class Connection:
         return self._nursery
 
 
-async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Any) -> None:
+async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Session) -> None:
     """Serve one connection with ``session`` until it ends (see the module docstring)."""
     io = Connection(stream, ctx, ctx.protocol)
     try:
@@ -236,13 +239,13 @@ async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Any) -
         raise io.failure  # bare, not in an exception group: the server names the reason
 
 
-async def _watch_shutdown(io: Connection, session: Any, scope: trio.CancelScope) -> None:
+async def _watch_shutdown(io: Connection, session: Session, scope: trio.CancelScope) -> None:
     with scope:
         await io.ctx.shutdown.wait()
         io.begin_drain(session)
 
 
-async def _serve(io: Connection, session: Any) -> None:
+async def _serve(io: Connection, session: Session) -> None:
     conn = session.framing
     stream = io.stream
     ctx = io.ctx
@@ -304,7 +307,7 @@ async def _serve(io: Connection, session: Any) -> None:
         await io.flush()
 
 
-async def _settle(io: Connection, session: Any) -> None:
+async def _settle(io: Connection, session: Session) -> None:
     if io.ctx.shutdown.is_set():
         io.begin_drain(session)  # the watcher may not have run yet
     settle = getattr(session, "settle", None)
