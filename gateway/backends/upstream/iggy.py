@@ -19,15 +19,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
+from gateway.backends.upstream.iggy_groups import IggyGroups
 from gateway.model import (
     RESERVED_HEADER_PREFIX,
     AppendResult,
     ErrorCode,
     GatewayError,
+    GroupDescription,
+    JoinGroupResult,
     PartitionInfo,
     Record,
     RecordBatch,
+    SyncGroupResult,
     TopicInfo,
 )
 from gateway.protocols.iggy import codec as c
@@ -93,7 +99,44 @@ class IggyUpstream(UpstreamBackend):
     capabilities = upstream_capabilities(
         keys=False,
         timestamps=False,
+        groups="backend",  # the broker's groups (iggy_groups.py)
     )
+
+    def __init__(self, name: str, config: Any) -> None:
+        super().__init__(name, config)
+        self.groups = IggyGroups(
+            name,
+            self._connect,
+            self.split,
+            config.max_group_connections,
+            config.connect_timeout_ms / 1000,
+            config.request_timeout_ms / 1000,
+        )
+
+    async def open(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self.groups.run)  # drops members whose clients went silent
+
+    async def close(self) -> None:
+        await self.groups.aclose()
+        await super().close()
+
+    # ------------------------------------------------------------------ consumer groups
+    async def group_join(
+        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
+    ) -> JoinGroupResult:
+        return await self.groups.join(group, topics, member_id, session_timeout_ms)
+
+    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
+        return await self.groups.sync(group, member_id, generation)
+
+    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        await self.groups.heartbeat(group, member_id, generation)
+
+    async def group_leave(self, group: str, member_id: str) -> None:
+        await self.groups.leave(group, member_id)
+
+    async def group_describe(self, group: str) -> GroupDescription:
+        return await self.groups.describe(group)
 
     async def _connect(self) -> IggyClient:
         client = await IggyClient.connect(self.host, self.port)
