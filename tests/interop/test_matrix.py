@@ -65,7 +65,14 @@ def chain_matrices(
     chained = {}
     for through in PROTOCOLS:
         host, port = upstream_server[through]
-        backend = {"type": "upstream", "protocol": through, "address": f"{host}:{port}"}
+        backend: dict[str, object] = {
+            "type": "upstream",
+            "protocol": through,
+            "address": f"{host}:{port}",
+        }
+        if through in ("tank", "kafka08"):
+            # brokers without groups: the Cursus consumer's group lives in this one gateway
+            backend["local_groups"] = True
         chained[through] = GatewayProcess(
             root / through, listeners=LISTENERS, backends={"default": backend}
         )

@@ -54,6 +54,8 @@ class KafkaConfig:
     read_ahead: bool = True  # see RecordStore.read (data.py)
     isolation: str = "read_committed"  # or "read_uncommitted": see gateway.backends.kafka
     compression: str = "none"  # of the batches the gateway writes: none|gzip|snappy|lz4|zstd
+    idempotence: bool = True  # producer id + sequences: a retried produce is stored once
+    delivery_timeout_ms: int = 20_000  # an idempotent produce is retried until this long
     # TLS to the brokers (tls = true, or implied by any of the files)
     tls: bool = False
     tls_ca_file: str = ""  # PEM bundle to trust; "" = the system's
@@ -81,6 +83,11 @@ class KafkaConfig:
             path = getattr(self, key)
             if path and not os.path.isfile(path):
                 problems.append(f"{key}: got {path!r}, expected a readable file")
+        if self.delivery_timeout_ms <= 0:
+            problems.append(
+                f"delivery_timeout_ms: got {self.delivery_timeout_ms!r}, expected a positive "
+                "number of milliseconds"
+            )
         if self.compression not in CODECS:
             problems.append(f"compression: got {self.compression!r}, expected one of {CODECS}")
         if self.sasl_mechanism and self.sasl_mechanism not in SASL_MECHANISMS:
