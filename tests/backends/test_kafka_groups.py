@@ -1,0 +1,169 @@
+"""Consumer groups on a Kafka backend run on the cluster's own group coordinator: two gateway
+replicas on one cluster form one group. The cluster is a gateway serving the Kafka listener
+(modern APIs, embedded log), whose coordinator waits for every member in JoinGroup as Kafka's
+does."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from gateway.backends.kafka.group_codec import (
+    GroupView,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+    range_assign,
+)
+from gateway.protocols.cursus.client import CursusClient
+from tests.backends.test_upstream_groups import Member
+from tests.support import GatewayProcess
+
+PARTITIONS = 6
+
+
+def describe(gw: GatewayProcess, group: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{gw.admin_url}/v1/groups/{group}", timeout=20) as resp:
+        return json.loads(resp.read())
+
+
+def kafka_backend(cluster: GatewayProcess, **extra: Any) -> dict[str, Any]:
+    host, port = cluster.address("kafka08")
+    return {
+        "default": {
+            "type": "kafka",
+            "bootstrap": f"{host}:{port}",
+            "group_session_timeout_ms": 6000,
+            "group_heartbeat_ms": 200,
+            **extra,
+        }
+    }
+
+
+def test_codec_round_trip_and_range_over_every_gateway() -> None:
+    subs = {"a1": ("t",), "a2": ("t", "u")}
+    assert decode_subscription(encode_subscription(subs)) == subs
+    topics_of = {"a1": ("t",), "a2": ("t", "u"), "b1": ("t",)}
+    parts = range_assign(topics_of, {"t": 6, "u": 1})
+    assert parts == {
+        "a1": (("t", 0), ("t", 1)),
+        "a2": (("t", 2), ("t", 3), ("u", 0)),
+        "b1": (("t", 4), ("t", 5)),
+    }
+    view = GroupView(7, topics_of, parts)
+    assert decode_assignment(encode_assignment(["a1", "a2"], view)) == view
+
+
+async def _make_kv_topic(cluster: GatewayProcess) -> None:
+    """The cluster's Kafka listener has no compacted topics: make the key-value topic the
+    backend would otherwise create compacted (a plain one serves these tests)."""
+    async with await CursusClient.connect(*cluster.address("cursus")) as client:
+        reply = await client.text("CREATE topic=__gateway_kv partitions=1")
+        assert "now has 1 partitions" in reply, reply
+
+
+async def _run_members(a: GatewayProcess, b: GatewayProcess) -> dict[str, Any]:
+    async with (
+        await CursusClient.connect(*a.address("cursus")) as ca1,
+        await CursusClient.connect(*a.address("cursus")) as ca2,
+        await CursusClient.connect(*b.address("cursus")) as cb1,
+    ):
+        reply = await ca1.text(f"CREATE topic=t partitions={PARTITIONS}")
+        assert f"now has {PARTITIONS} partitions" in reply, reply
+        members = [Member(ca1, "a1"), Member(cb1, "b1"), Member(ca2, "a2")]
+        async with trio.open_nursery() as nursery:  # joins wait for the cluster's round
+            for m in members:
+                nursery.start_soon(m.join)
+        with trio.fail_after(60):
+            while True:
+                if all([await m.heartbeat() for m in members]):
+                    break
+                await trio.sleep(0.05)
+        generation = members[0].generation
+        assert {m.generation for m in members} == {generation}
+        owned = {m.member: await m.assignment() for m in members}
+        views = [describe(gw, "g") for gw in (a, b)]
+
+        # a member's commit moves the committed offset, seen through the other replica
+        a1, b1 = members[0], members[1]
+        part = owned[a1.member][0]
+        reply = await ca1.text(
+            f"COMMIT_OFFSET topic=t partition={part} group=g offset=5 "
+            f"member={a1.member} generation={generation}"
+        )
+        assert reply == "OK", reply
+        fetched = await cb1.text(f"FETCH_OFFSET topic=t partition={part} group=g")
+        # a stale generation's commit is refused, the offset stays
+        stale = await cb1.text(
+            f"COMMIT_OFFSET topic=t partition={owned[b1.member][0]} group=g offset=9 "
+            f"member={b1.member} generation={generation - 1}"
+        )
+        # a member that left: refused too, and the others get a new generation
+        assert await ca2.text(f"LEAVE_GROUP topic=t group=g member={members[2].member}")
+        left = await ca2.text(
+            f"COMMIT_OFFSET topic=t partition={part} group=g offset=7 "
+            f"member={members[2].member} generation={generation}"
+        )
+        with trio.fail_after(60):
+            while not all([await m.heartbeat() for m in members[:2]]):
+                await trio.sleep(0.05)
+        after = {m.member: await m.assignment() for m in members[:2]}
+        return {
+            "owned": owned,
+            "generation": generation,
+            "views": views,
+            "fetched": fetched,
+            "stale": stale,
+            "left": left,
+            "after": after,
+            "after_generation": members[0].generation,
+            "after_views": [describe(gw, "g") for gw in (a, b)],
+        }
+
+
+def _check_views(views: list[dict[str, Any]], generation: int, owned: dict[str, list[int]]) -> None:
+    for view in views:
+        assert view["generation"] == generation, view
+        got = {m["member_id"]: sorted(p for _, p in m["assignment"]) for m in view["members"]}
+        assert got == {k: sorted(v) for k, v in owned.items()}, view
+
+
+def test_two_replicas_on_a_kafka_cluster_form_one_group(tmp_path: Path) -> None:
+    listeners = {"cursus": {"session_timeout_ms": 10_000}}
+    cluster_listeners: dict[str, Any] = {"kafka08": {}, "cursus": {}}
+    with GatewayProcess(tmp_path / "cluster", listeners=cluster_listeners, name="cluster") as cl:
+        trio.run(_make_kv_topic, cl)
+        backends = kafka_backend(cl)
+        with (
+            GatewayProcess(tmp_path / "a", listeners=listeners, backends=backends, name="a") as a,
+            GatewayProcess(tmp_path / "b", listeners=listeners, backends=backends, name="b") as b,
+        ):
+            got = trio.run(_run_members, a, b)
+            owned, generation = got["owned"], got["generation"]
+            every = sorted(p for parts in owned.values() for p in parts)
+            assert every == list(range(PARTITIONS)), owned  # each partition owned exactly once
+            assert all(owned.values()), owned
+            _check_views(got["views"], generation, owned)
+            assert got["fetched"] == "OK offset=5", got
+            assert "GEN_MISMATCH" in got["stale"] or "not_owner" in got["stale"], got
+            assert got["left"] != "OK", got
+            after = got["after"]
+            assert got["after_generation"] > generation
+            assert sorted(p for parts in after.values() for p in parts) == list(range(PARTITIONS))
+            _check_views(got["after_views"], got["after_generation"], after)
+            # the cluster's coordinator holds one group: two members, the two gateways
+            cluster_view = describe(cl, "g")
+            assert cluster_view["generation"] == got["after_generation"], cluster_view
+            assert len(cluster_view["members"]) == 2, cluster_view
+            # the commit reached the cluster's group offsets
+            offsets = {
+                (o["topic"], o["partition"]): o["committed"] for o in cluster_view["offsets"]
+            }
+            assert offsets[("t", owned[next(iter(owned))][0])] == 5, cluster_view
+            for gw in (a, b):
+                assert "Traceback" not in gw.log_text(), gw.log_text()[-3000:]
