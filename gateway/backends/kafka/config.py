@@ -55,8 +55,9 @@ class KafkaConfig:
     isolation: str = "read_committed"  # or "read_uncommitted": see gateway.backends.kafka
     compression: str = "none"  # of the batches the gateway writes: none|gzip|snappy|lz4|zstd
     # this gateway's membership in the cluster's consumer groups (gateway/backends/kafka/groups.py)
-    group_session_timeout_ms: int = 10_000
+    group_session_timeout_ms: int = 6_000  # Kafka's smallest by default
     group_heartbeat_ms: int = 1_000
+    group_rebalance_timeout_ms: int = 3_000  # how long a round waits for the other gateways
     max_cluster_groups: int = 1_000  # groups joined at once (each holds one connection)
     # TLS to the brokers (tls = true, or implied by any of the files)
     tls: bool = False
@@ -89,6 +90,11 @@ class KafkaConfig:
             problems.append(
                 f"group_heartbeat_ms: got {self.group_heartbeat_ms}, expected more than 0 and "
                 f"less than group_session_timeout_ms ({self.group_session_timeout_ms})"
+            )
+        if self.group_rebalance_timeout_ms <= self.group_heartbeat_ms:
+            problems.append(
+                f"group_rebalance_timeout_ms: got {self.group_rebalance_timeout_ms}, expected "
+                f"more than group_heartbeat_ms ({self.group_heartbeat_ms})"
             )
         if self.max_cluster_groups < 1:
             problems.append(f"max_cluster_groups: got {self.max_cluster_groups}, expected >= 1")

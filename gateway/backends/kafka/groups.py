@@ -375,14 +375,13 @@ class KafkaGroups:
             state.notify()
 
     async def _join_and_sync(self, state: _Membership) -> None:
-        timeout = (self._config.group_session_timeout_ms + self._config.request_timeout_ms) / 1000
+        timeout = (self._config.group_rebalance_timeout_ms + self._config.request_timeout_ms) / 1000
         conn = await self._connection(state)
-        session = ms(self._config.group_session_timeout_ms)
         joined = await conn.call(
             jg_req.JoinGroupRequest(
                 group_id=state.name,
-                session_timeout=session,
-                rebalance_timeout=session,
+                session_timeout=ms(self._config.group_session_timeout_ms),
+                rebalance_timeout=ms(self._config.group_rebalance_timeout_ms),
                 member_id=state.member_id,
                 protocol_type=PROTOCOL_TYPE,
                 protocols=(
@@ -401,6 +400,9 @@ class KafkaGroups:
                 f"group {state.name!r} of the Kafka cluster has members that are not gateways "
                 "(Kafka consumers): use another group name",
             )
+        if err is KErr.member_id_required:  # Kafka asks it from v4 on, Tansu from v3 too
+            state.member_id, state.dirty = joined.member_id, True
+            return
         if err in (KErr.unknown_member_id, KErr.illegal_generation, *_COORDINATOR_MOVED):
             self._lost(state, err)
             return
