@@ -1,15 +1,18 @@
 """Consumer groups on a Kafka backend run on the cluster's own group coordinator: two gateway
 replicas on one cluster form one group. The cluster is a gateway serving the Kafka listener
 (modern APIs, embedded log), whose coordinator waits for every member in JoinGroup as Kafka's
-does."""
+does, or a Tansu broker."""
 
 from __future__ import annotations
 
 import json
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from gateway.backends.kafka.group_codec import (
@@ -21,6 +24,7 @@ from gateway.backends.kafka.group_codec import (
     range_assign,
 )
 from gateway.protocols.cursus.client import CursusClient
+from tests.backends.servers import TansuServer
 from tests.backends.test_upstream_groups import Member
 from tests.support import GatewayProcess
 
@@ -32,17 +36,12 @@ def describe(gw: GatewayProcess, group: str) -> dict[str, Any]:
         return json.loads(resp.read())
 
 
+TIMINGS = {"group_heartbeat_ms": 200, "group_rebalance_timeout_ms": 2000}
+
+
 def kafka_backend(cluster: GatewayProcess, **extra: Any) -> dict[str, Any]:
     host, port = cluster.address("kafka08")
-    return {
-        "default": {
-            "type": "kafka",
-            "bootstrap": f"{host}:{port}",
-            "group_session_timeout_ms": 6000,
-            "group_heartbeat_ms": 200,
-            **extra,
-        }
-    }
+    return {"default": {"type": "kafka", "bootstrap": f"{host}:{port}", **TIMINGS, **extra}}
 
 
 def test_codec_round_trip_and_range_over_every_gateway() -> None:
@@ -133,12 +132,24 @@ def _check_views(views: list[dict[str, Any]], generation: int, owned: dict[str, 
         assert got == {k: sorted(v) for k, v in owned.items()}, view
 
 
-def test_two_replicas_on_a_kafka_cluster_form_one_group(tmp_path: Path) -> None:
+@contextmanager
+def kafka_cluster(tmp_path: Path, kind: str) -> Iterator[tuple[dict[str, Any], Any]]:
+    """The gateways' backend table and the cluster: a gateway serving the Kafka listener, or
+    a Tansu broker (its own coordinator)."""
+    if kind == "tansu":
+        with TansuServer() as tansu:
+            yield {"default": {"type": "kafka", "bootstrap": tansu.bootstrap, **TIMINGS}}, tansu
+        return
+    listeners: dict[str, Any] = {"kafka08": {}, "cursus": {}}
+    with GatewayProcess(tmp_path / "cluster", listeners=listeners, name="cluster") as cluster:
+        trio.run(_make_kv_topic, cluster)
+        yield kafka_backend(cluster), cluster
+
+
+@pytest.mark.parametrize("kind", ["gateway", "tansu"])
+def test_two_replicas_on_a_kafka_cluster_form_one_group(tmp_path: Path, kind: str) -> None:
     listeners = {"cursus": {"session_timeout_ms": 10_000}}
-    cluster_listeners: dict[str, Any] = {"kafka08": {}, "cursus": {}}
-    with GatewayProcess(tmp_path / "cluster", listeners=cluster_listeners, name="cluster") as cl:
-        trio.run(_make_kv_topic, cl)
-        backends = kafka_backend(cl)
+    with kafka_cluster(tmp_path, kind) as (backends, cluster):
         with (
             GatewayProcess(tmp_path / "a", listeners=listeners, backends=backends, name="a") as a,
             GatewayProcess(tmp_path / "b", listeners=listeners, backends=backends, name="b") as b,
@@ -156,14 +167,13 @@ def test_two_replicas_on_a_kafka_cluster_form_one_group(tmp_path: Path) -> None:
             assert got["after_generation"] > generation
             assert sorted(p for parts in after.values() for p in parts) == list(range(PARTITIONS))
             _check_views(got["after_views"], got["after_generation"], after)
-            # the cluster's coordinator holds one group: two members, the two gateways
-            cluster_view = describe(cl, "g")
-            assert cluster_view["generation"] == got["after_generation"], cluster_view
-            assert len(cluster_view["members"]) == 2, cluster_view
-            # the commit reached the cluster's group offsets
-            offsets = {
-                (o["topic"], o["partition"]): o["committed"] for o in cluster_view["offsets"]
-            }
-            assert offsets[("t", owned[next(iter(owned))][0])] == 5, cluster_view
             for gw in (a, b):
                 assert "Traceback" not in gw.log_text(), gw.log_text()[-3000:]
+            if kind == "gateway":
+                # the cluster's coordinator holds one group: two members, the two gateways
+                view = describe(cluster, "g")
+                assert view["generation"] == got["after_generation"], view
+                assert len(view["members"]) == 2, view
+                # the commit reached the cluster's group offsets
+                offsets = {(o["topic"], o["partition"]): o["committed"] for o in view["offsets"]}
+                assert offsets[("t", owned[next(iter(owned))][0])] == 5, view
