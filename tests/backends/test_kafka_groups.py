@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 
+from gateway.backends.kafka import KafkaBackend, KafkaConfig
 from gateway.backends.kafka.group_codec import (
     GroupView,
     decode_assignment,
@@ -23,8 +25,19 @@ from gateway.backends.kafka.group_codec import (
     encode_subscription,
     range_assign,
 )
+from gateway.backends.kafka.groups import CLUSTER_GROUPS
+from gateway.core.engine import Core
+from gateway.model import (
+    CommitOffset,
+    ErrorCode,
+    GatewayError,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+)
+from gateway.observability import LIMIT_HITS
 from gateway.protocols.cursus.client import CursusClient
-from tests.backends.servers import TansuServer
+from tests.backends.servers import TansuServer, shared_tansu
 from tests.backends.test_upstream_groups import Member
 from tests.support import GatewayProcess
 
@@ -177,3 +190,72 @@ def test_two_replicas_on_a_kafka_cluster_form_one_group(tmp_path: Path, kind: st
                 # the commit reached the cluster's group offsets
                 offsets = {(o["topic"], o["partition"]): o["committed"] for o in view["offsets"]}
                 assert offsets[("t", owned[next(iter(owned))][0])] == 5, view
+
+
+def test_membership_timings_are_validated() -> None:
+    problems = KafkaConfig(group_heartbeat_ms=7000).validate()
+    assert any(p.startswith("group_heartbeat_ms: got 7000") for p in problems), problems
+    problems = KafkaConfig(group_rebalance_timeout_ms=500).validate()
+    assert any(p.startswith("group_rebalance_timeout_ms: got 500") for p in problems), problems
+    problems = KafkaConfig(max_cluster_groups=0).validate()
+    assert any(p.startswith("max_cluster_groups: got 0") for p in problems), problems
+    assert KafkaConfig().validate() == []
+
+
+async def test_cluster_groups_are_bounded_released_and_expired(nursery: trio.Nursery) -> None:
+    """Each cluster group the gateway is a member of holds a connection: at most
+    max_cluster_groups; the last member's leave (or its session timeout) leaves the cluster's
+    group and gives the slot back. A member's commit is the gateway membership's commit in
+    Kafka's group offsets."""
+    tag = uuid.uuid4().hex[:6]
+    backend = KafkaBackend(
+        "k",
+        KafkaConfig(
+            bootstrap=shared_tansu().bootstrap,
+            kv_topic=f"__gw_kv_{tag}",
+            max_cluster_groups=1,
+            group_session_timeout_ms=2000,
+            group_heartbeat_ms=200,
+            group_rebalance_timeout_ms=1000,
+        ),
+    )
+    await backend.open(nursery)
+    topic, g1, g2 = f"t{tag}", f"g1{tag}", f"g2{tag}"
+    await backend.create_topic(topic, 2)
+    core = Core({"k": backend}, [("*", "k")])
+    gauge = CLUSTER_GROUPS.labels(backend="k")
+    try:
+        first = await core.execute(JoinGroup(g1, (topic,), session_timeout_ms=60_000))
+        assert gauge._value.get() == 1
+        hits = LIMIT_HITS.labels("max_cluster_groups", "kafka")._value.get()
+        with pytest.raises(GatewayError) as full:
+            await core.execute(JoinGroup(g2, (topic,), session_timeout_ms=60_000))
+        assert full.value.code is ErrorCode.INVALID_REQUEST
+        assert "backends.k.max_cluster_groups" in full.value.message
+        assert LIMIT_HITS.labels("max_cluster_groups", "kafka")._value.get() == hits + 1
+
+        await core.execute(
+            CommitOffset(g1, topic, 1, 3, generation=first.generation, member_id=first.member_id)
+        )
+        in_kafka = await backend.kv._offset_fetch(f"{g1}\x1f{topic}\x1f1")
+        assert in_kafka is not None and json.loads(in_kafka)["offset"] == 3
+        with pytest.raises(GatewayError) as stale:
+            await core.execute(
+                CommitOffset(g1, topic, 1, 4, generation=first.generation + 1, member_id="x")
+            )
+        assert stale.value.code is ErrorCode.UNKNOWN_MEMBER
+
+        await core.execute(LeaveGroup(g1, first.member_id))
+        assert backend.groups.membership(g1) is None
+        assert gauge._value.get() == 0
+        quiet = await core.execute(JoinGroup(g2, (topic,), session_timeout_ms=300))
+        assert backend.groups.membership(g2) is not None
+        with trio.fail_after(15):  # dropped after its session timeout, the cluster group left
+            while backend.groups.membership(g2) is not None:
+                await trio.sleep(0.1)
+        assert gauge._value.get() == 0
+        with pytest.raises(GatewayError) as gone:
+            await core.execute(Heartbeat(g2, quiet.member_id, quiet.generation))
+        assert gone.value.code is ErrorCode.UNKNOWN_MEMBER
+    finally:
+        await backend.close()
