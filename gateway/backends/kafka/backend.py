@@ -85,7 +85,12 @@ class KafkaBackend(Backend):
         return True, "ok"
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type_name, "bootstrap": self.config.bootstrap}
+        return {
+            "name": self.name,
+            "type": self.type_name,
+            "bootstrap": self.config.bootstrap,
+            "idempotence": self.records.producer.idempotence.describe(),
+        }
 
     # ------------------------------------------------------------------ topics
     def _is_internal(self, name: str) -> bool:

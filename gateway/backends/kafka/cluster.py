@@ -110,6 +110,7 @@ class KafkaCluster:
         self.topics: dict[str, TopicMeta] = {}
         self.topic_configs: dict[str, tuple[tuple[str, str], ...]] = {}
         self.api_ok: dict[int, bool] | None = None
+        self.api_ranges: dict[int, tuple[int, int]] = {}  # the broker's, from ApiVersions
         self.timeout = config.request_timeout_ms / 1000
         try:
             self._ssl = (
@@ -204,8 +205,14 @@ class KafkaCluster:
                 f"the Kafka broker does not support {', '.join(missing)} at the versions the "
                 f"gateway speaks ({pinned})",
             )
+        self.api_ranges = ranges
         self.api_ok = ok
         self._on_negotiated(ok)
+
+    def api_range(self, api: int) -> tuple[int, int] | None:
+        """The broker's (min, max) version of ``api``, None when it has none (known once
+        negotiated: callers call first)."""
+        return self.api_ranges.get(api)
 
     def require(self, api: int, what: str) -> None:
         if self.api_ok is not None and not self.api_ok.get(api):

@@ -59,6 +59,8 @@ class KafkaConfig:
     group_heartbeat_ms: int = 1_000
     group_rebalance_timeout_ms: int = 3_000  # how long a round waits for the other gateways
     max_cluster_groups: int = 1_000  # groups joined at once (each holds one connection)
+    idempotence: bool = True  # producer id + sequences: a retried produce is stored once
+    delivery_timeout_ms: int = 20_000  # an idempotent produce is retried until this long
     # TLS to the brokers (tls = true, or implied by any of the files)
     tls: bool = False
     tls_ca_file: str = ""  # PEM bundle to trust; "" = the system's
@@ -98,6 +100,11 @@ class KafkaConfig:
             )
         if self.max_cluster_groups < 1:
             problems.append(f"max_cluster_groups: got {self.max_cluster_groups}, expected >= 1")
+        if self.delivery_timeout_ms <= 0:
+            problems.append(
+                f"delivery_timeout_ms: got {self.delivery_timeout_ms!r}, expected a positive "
+                "number of milliseconds"
+            )
         if self.compression not in CODECS:
             problems.append(f"compression: got {self.compression!r}, expected one of {CODECS}")
         if self.sasl_mechanism and self.sasl_mechanism not in SASL_MECHANISMS:
