@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 import trio
+from kio.schema.join_group.v3 import request as jg_req
 
 from gateway.backends.kafka import KafkaBackend, KafkaConfig
+from gateway.backends.kafka.cluster import ms
+from gateway.backends.kafka.connection import BrokerConnection
 from gateway.backends.kafka.group_codec import (
     GroupView,
     decode_assignment,
@@ -259,3 +262,44 @@ async def test_cluster_groups_are_bounded_released_and_expired(nursery: trio.Nur
         assert gone.value.code is ErrorCode.UNKNOWN_MEMBER
     finally:
         await backend.close()
+
+
+async def _join_beside_a_kafka_consumer(cluster: GatewayProcess, replica: GatewayProcess) -> str:
+    """A Kafka consumer (range assignor) holds group k on the cluster; a Cursus member then
+    joins k through the replica."""
+    host, port = cluster.address("kafka08")
+    conn = BrokerConnection(host, port, "consumer", 1 << 20)
+    async with trio.open_nursery() as nursery:
+        await conn.connect(nursery, 5)
+        joined = await conn.call(
+            jg_req.JoinGroupRequest(
+                group_id="k",
+                session_timeout=ms(30_000),
+                rebalance_timeout=ms(30_000),
+                member_id="",
+                protocol_type="consumer",
+                protocols=(jg_req.JoinGroupRequestProtocol(name="range", metadata=b""),),
+            ),
+            10,
+        )
+        assert int(joined.error_code) == 0, joined
+        async with await CursusClient.connect(*replica.address("cursus")) as client:
+            reply = await client.text("CREATE topic=u partitions=2")
+            assert "now has 2 partitions" in reply, reply
+            with trio.fail_after(10):  # refused at once, not after the join's deadline
+                reply = await client.text("JOIN_GROUP topic=u group=k member=m")
+        await conn.aclose()
+        nursery.cancel_scope.cancel()
+    return reply
+
+
+def test_a_group_held_by_kafka_consumers_is_refused_clearly(tmp_path: Path) -> None:
+    with kafka_cluster(tmp_path, "gateway") as (backends, cluster):
+        with GatewayProcess(
+            tmp_path / "a", listeners={"cursus": {}}, backends=backends, name="a"
+        ) as a:
+            reply = trio.run(_join_beside_a_kafka_consumer, cluster, a)
+            assert reply.startswith("ERROR"), reply
+            assert "members that are not gateways" in reply, reply
+            assert a.log_text().count("kafka_group_round_failed") == 1, a.log_text()[-3000:]
+            assert "Traceback" not in a.log_text()

@@ -94,6 +94,8 @@ class _Membership:
     joining: bool = False
     waiting: dict[str, int] = field(default_factory=dict)  # local members inside a call
     error: str = ""
+    rounds: int = 0  # rounds started
+    failure: tuple[int, GatewayError] | None = None  # a round Kafka refused, and why
     wake: trio.Event = field(default_factory=trio.Event)
     settled: trio.Event = field(default_factory=trio.Event)
     conn: BrokerConnection | None = None
@@ -145,7 +147,12 @@ class KafkaGroups:
             state.poke()
         else:
             existing.last_seen = trio.current_time()
-        view = await self._settle(state, member_id, present=True)
+        try:
+            view = await self._settle(state, member_id, present=True)
+        except GatewayError:
+            if existing is None and state.local.pop(member_id, None) is not None:
+                state.poke()  # refused: not a member (the last one leaves the cluster's group)
+            raise
         return JoinGroupResult(
             group, member_id, view.generation, min(view.topics), tuple(sorted(view.topics))
         )
@@ -238,6 +245,7 @@ class KafkaGroups:
     async def _settle(self, state: _Membership, member_id: str, present: bool) -> GroupView:
         """Wait for the round that takes ``member_id`` in (or out) of the cluster's group."""
         limit = (self._config.group_session_timeout_ms + self._config.request_timeout_ms) / 1000
+        since = state.rounds
         state.waiting[member_id] = state.waiting.get(member_id, 0) + 1
         try:
             with trio.move_on_after(limit):
@@ -249,6 +257,8 @@ class KafkaGroups:
                         and (member_id in view.topics) == present
                     ):
                         return view
+                    if state.failure is not None and state.failure[0] > since:
+                        raise state.failure[1]  # Kafka refused a round this call waited for
                     if self._states.get(state.name) is not state:
                         break  # the membership ended (the backend closes)
                     await state.settled.wait()
@@ -358,11 +368,14 @@ class KafkaGroups:
 
     async def _round(self, state: _Membership) -> None:
         state.dirty, state.joining = False, True
+        state.rounds += 1
         try:
             await self._join_and_sync(state)
-            state.error = ""
+            state.error, state.failure = "", None
         except GatewayError as exc:
             state.dirty = True
+            if exc.code not in (ErrorCode.BACKEND_UNAVAILABLE, ErrorCode.TIMEOUT):
+                state.failure = (state.rounds, exc)  # not retriable: the waiting joins get it
             if exc.message != state.error:
                 log.warning("kafka_group_round_failed", group=state.name, error=exc.message)
             state.error = exc.message
