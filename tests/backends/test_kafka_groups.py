@@ -40,8 +40,10 @@ from gateway.model import (
 )
 from gateway.observability import LIMIT_HITS
 from gateway.protocols.cursus.client import CursusClient
+from gateway.protocols.iggy import codec as ic
+from gateway.protocols.iggy.client import IggyClient
 from tests.backends.servers import TansuServer, shared_tansu
-from tests.backends.test_upstream_groups import Member
+from tests.backends.test_upstream_groups import Member, owners
 from tests.support import GatewayProcess
 
 PARTITIONS = 6
@@ -307,3 +309,58 @@ def test_a_group_held_by_kafka_consumers_is_refused_clearly(tmp_path: Path) -> N
             assert "members that are not gateways" in reply, reply
             assert a.log_text().count("kafka_group_round_failed") == 1, a.log_text()[-3000:]
             assert "Traceback" not in a.log_text()
+
+
+def test_iggy_members_over_two_replicas_share_the_partitions(tmp_path: Path) -> None:
+    """Iggy members (connections) joined through two replicas on one cluster: each partition is
+    polled by exactly one of them and every record is read once."""
+    with kafka_cluster(tmp_path, "gateway") as (backends, _):
+        listeners: dict[str, Any] = {"iggy": {}}
+        with (
+            GatewayProcess(tmp_path / "a", listeners=listeners, backends=backends, name="a") as a,
+            GatewayProcess(tmp_path / "b", listeners=listeners, backends=backends, name="b") as b,
+        ):
+
+            async def main() -> dict[int, set[bytes]]:
+                clients = [await IggyClient.connect(*gw.address("iggy")) for gw in (a, b, a)]
+                s, t = ic.Identifier("s"), ic.Identifier("t")
+                await clients[0].call(ic.CreateStream(1, "s"))
+                await clients[0].call(ic.CreateTopic(s, 1, PARTITIONS, 0, "t"))
+                await clients[0].call(ic.CreateConsumerGroup(s, t, 7))
+                async with trio.open_nursery() as nursery:  # joins wait for the round
+                    for cl in clients:
+                        nursery.start_soon(cl.call, ic.JoinConsumerGroup(s, t, 7))
+                records = [ic.Message(0, b"r%d" % i) for i in range(60)]
+                for p in range(PARTITIONS):  # ten records in each partition
+                    part = ic.Partitioning.partition_id(p + 1)
+                    await clients[0].send_messages("s", "t", records[p::PARTITIONS], part)
+                with trio.fail_after(30):
+                    while True:
+                        views = [await trio.to_thread.run_sync(describe, gw, "7") for gw in (a, b)]
+                        own = owners(views[0])
+                        if (
+                            len(views[0]["members"]) == 3
+                            and views[0]["generation"] == views[1]["generation"]
+                            and sorted(own) == list(range(PARTITIONS))
+                            and all(len(v) == 1 for v in own.values())
+                        ):
+                            break
+                        await trio.sleep(0.1)
+                assert owners(views[1]) == owners(views[0])
+                group = ic.Consumer(ic.ConsumerKind.CONSUMER_GROUP, ic.Identifier(7))
+                got: dict[int, set[bytes]] = {}
+                for i, cl in enumerate(clients):
+                    got[i] = set()
+                    for _ in range(PARTITIONS):
+                        polled = await cl.poll(
+                            "s", "t", 0, ic.PollingKind.OFFSET, 0, 100, consumer=group
+                        )
+                        got[i] |= {m.payload for m in polled.messages}
+                for cl in clients:
+                    await cl.aclose()
+                return got
+
+            got = trio.run(main)
+            every = [v for values in got.values() for v in values]
+            assert sorted(every) == sorted(b"r%d" % i for i in range(60))  # each by one member
+            assert all(got.values()), got  # every member had partitions
