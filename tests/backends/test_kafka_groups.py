@@ -42,6 +42,8 @@ from gateway.observability import LIMIT_HITS
 from gateway.protocols.cursus.client import CursusClient
 from gateway.protocols.iggy import codec as ic
 from gateway.protocols.iggy.client import IggyClient
+from gateway.protocols.liftbridge import liftbridge_api_pb2 as lpb
+from gateway.protocols.liftbridge.client import LiftbridgeClient
 from tests.backends.servers import TansuServer, shared_tansu
 from tests.backends.test_upstream_groups import Member, owners
 from tests.support import GatewayProcess
@@ -364,3 +366,54 @@ def test_iggy_members_over_two_replicas_share_the_partitions(tmp_path: Path) -> 
             every = [v for values in got.values() for v in values]
             assert sorted(every) == sorted(b"r%d" % i for i in range(60))  # each by one member
             assert all(got.values()), got  # every member had partitions
+
+
+def test_liftbridge_consumers_over_two_replicas_split_the_partitions(tmp_path: Path) -> None:
+    """Liftbridge consumers joined through two replicas: once every member fetches the same
+    epoch, the partitions are split among all of them, and both replicas describe all three."""
+    with kafka_cluster(tmp_path, "gateway") as (backends, _):
+        listeners: dict[str, Any] = {"liftbridge": {}}
+        with (
+            GatewayProcess(tmp_path / "a", listeners=listeners, backends=backends, name="a") as a,
+            GatewayProcess(tmp_path / "b", listeners=listeners, backends=backends, name="b") as b,
+        ):
+            gws = {"a1": a, "b1": b, "a2": a}
+
+            async def main() -> dict[str, tuple[int, list[int]]]:
+                clients = {
+                    m: await LiftbridgeClient.connect(*gw.address("liftbridge"))
+                    for m, gw in gws.items()
+                }
+                await clients["a1"].create_stream("t", PARTITIONS)
+                async with trio.open_nursery() as nursery:  # joins wait for the round
+                    for m, cl in clients.items():
+                        request = lpb.JoinConsumerGroupRequest(
+                            groupId="g", consumerId=m, streams=["t"]
+                        )
+                        nursery.start_soon(cl.call, "JoinConsumerGroup", request)
+                with trio.fail_after(30):
+                    while True:
+                        got = {}
+                        for m, cl in clients.items():
+                            resp = await cl.call(
+                                "FetchConsumerGroupAssignments",
+                                lpb.FetchConsumerGroupAssignmentsRequest(groupId="g", consumerId=m),
+                            )
+                            parts = [p for a in resp.assignments for p in a.partitions]
+                            got[m] = (resp.epoch, sorted(parts))
+                        if len({epoch for epoch, _ in got.values()}) == 1:
+                            break
+                        await trio.sleep(0.1)
+                for cl in clients.values():
+                    await cl.aclose()
+                return got
+
+            got = trio.run(main)
+            every = sorted(p for _, parts in got.values() for p in parts)
+            assert every == list(range(PARTITIONS)), got  # disjoint, covering all
+            assert all(parts for _, parts in got.values()), got
+            for gw in (a, b):  # the whole group on each replica
+                view = describe(gw, "g")
+                assert {m["member_id"] for m in view["members"]} == set(gws), view
+                for m in view["members"]:
+                    assert sorted(p for _, p in m["assignment"]) == got[m["member_id"]][1]
