@@ -46,6 +46,7 @@ from gateway.protocols.liftbridge import liftbridge_api_pb2 as lpb
 from gateway.protocols.liftbridge.client import LiftbridgeClient
 from tests.backends.servers import TansuServer, shared_tansu
 from tests.backends.test_upstream_groups import Member, owners
+from tests.reliability.test_replicas import cursus_text
 from tests.support import GatewayProcess
 
 PARTITIONS = 6
@@ -417,3 +418,28 @@ def test_liftbridge_consumers_over_two_replicas_split_the_partitions(tmp_path: P
                 assert {m["member_id"] for m in view["members"]} == set(gws), view
                 for m in view["members"]:
                     assert sorted(p for _, p in m["assignment"]) == got[m["member_id"]][1]
+
+
+def test_workers_on_a_kafka_backend_form_one_group(tmp_path: Path) -> None:
+    """``serve --workers 2`` on a Kafka backend: the kernel spreads the members' connections
+    over both workers, and they still form one group; no per-worker warning."""
+    with kafka_cluster(tmp_path, "gateway") as (backends, _):
+        gw = GatewayProcess(
+            tmp_path / "gw",
+            listeners={"cursus": {"session_timeout_ms": 30_000}},
+            backends=backends,
+            extra_args=("--workers", "2"),
+        )
+        with gw:
+            addr = gw.address("cursus")
+            assert "8 partitions" in cursus_text(addr, "CREATE topic=w partitions=8")[0]
+            for i in range(4):
+                reply = cursus_text(addr, f"JOIN_GROUP topic=w group=wg member=m{i}")[0]
+                assert reply.startswith("OK generation="), reply
+            status = json.loads(cursus_text(addr, "GROUP_STATUS group=wg")[0])
+            assert status["member_count"] == 4, status
+            owned = sorted(p for m in status["members"] for p in m["assignments"])
+            assert owned == list(range(8)), status
+            assert gw.stop() == 0
+        assert "workers_do_not_share" not in gw.log_text()
+        assert "Traceback" not in gw.log_text()
