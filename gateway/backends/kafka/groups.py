@@ -60,7 +60,7 @@ from gateway.model import (
     MemberAssignment,
     SyncGroupResult,
 )
-from gateway.observability import REGISTRY, limit_hit
+from gateway.observability import REBALANCES, REGISTRY, limit_hit
 
 log = structlog.get_logger("gateway.backends.kafka.groups")
 
@@ -450,6 +450,8 @@ class KafkaGroups:
             view = decode_assignment(synced.assignment)
         except GroupCodecError as exc:
             raise GatewayError(ErrorCode.INTERNAL, f"group {state.name!r}: {exc}") from None
+        if generation != state.generation:
+            REBALANCES.labels(group=state.name).inc()
         state.generation = generation
         state.view = GroupView(generation, view.topics, view.partitions)
 
