@@ -60,6 +60,13 @@ DRIVERS: list[tuple[str, list[str], str, int, str]] = [
         120,
         KCAT,
     ),
+    (
+        "kafka",
+        ["bench/kafka.py", "--records", "300000", "--runs", "2"],
+        "kafka.json",
+        150,
+        "confluent-kafka (librdkafka 2.16, today's APIs), default batching",
+    ),
     ("tank", ["bench/tank.py"], "tank.json", 120, "in-repo TANK client (codec), 8 in flight"),
     ("iggy", ["bench/iggy.py"], "iggy.json", 120, OWN),
     ("cursus", ["bench/cursus.py"], "cursus.json", 120, OWN),
@@ -183,6 +190,23 @@ def rows_kafka08(d: dict) -> list[Row]:
                 )
             )
     return out
+
+
+def rows_kafka(d: dict) -> list[Row]:
+    """Today's Kafka protocol: the gateway (embedded log) beside Tansu, same client."""
+    return [
+        row(
+            "kafka08",
+            "gateway (embedded), today's APIs",
+            op,
+            r["gateway_records_per_s"],
+            r["tansu_records_per_s"],
+            100,
+            "confluent-kafka (librdkafka 2.16), default batching; baseline: Tansu direct",
+            "kafka",
+        )
+        for op, r in d.get("phases", {}).items()
+    ]
 
 
 def rows_tank(d: dict) -> list[Row]:
@@ -317,6 +341,7 @@ def rows_nats_bridge(d: dict) -> list[Row]:
 
 NORMALISERS: dict[str, Callable[[dict], list[Row]]] = {
     "kafka08": rows_kafka08,
+    "kafka": rows_kafka,
     "tank": rows_tank,
     "iggy": rows_pair("iggy", ("send_msgs_per_s", "poll_msgs_per_s")),
     "cursus": rows_pair("cursus", ("produce_msgs_per_s", "consume_msgs_per_s")),

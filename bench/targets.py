@@ -77,6 +77,16 @@ TARGETS: list[Target] = [
     ),
     *(
         Target(
+            f"Kafka {op} with today's APIs (confluent-kafka), gateway over Tansu direct",
+            "kafka",
+            _path("phases", op, "ratio"),
+            bound,
+            unit="x",
+        )
+        for op, bound in (("produce", 0.45), ("fetch", 0.5))
+    ),
+    *(
+        Target(
             f"{op}: gateway -> {name} over {over}",
             "backends",
             _path("targets", op, key),

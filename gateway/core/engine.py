@@ -111,6 +111,7 @@ class Core:
         group_lease_ms: int = 10_000,
         max_group_members: int = 1000,
         max_kafka_groups: int = 10_000,
+        max_producer_states: int = 100_000,
     ) -> None:
         self.max_topics = max_topics
         self.max_partitions_per_topic = max_partitions_per_topic
@@ -152,7 +153,7 @@ class Core:
             )
         self.classic = ClassicGroups(self.groups, max_kafka_groups)  # Kafka's groups
         self._groups_refused: set[str] = set()  # backends whose refusal was logged
-        self.producers = ProducerRegistry()
+        self.producers = ProducerRegistry(max_producer_states)
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
         self._round_robin = itertools.count()

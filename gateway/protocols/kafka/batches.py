@@ -7,20 +7,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import crc32c
+
 from gateway.backends.kafka.records import (
     BATCH_BODY,
     BATCH_HEAD,
+    COMPRESSION_MASK,
     CONTROL_FLAG,
     HEAD_SIZE,
     OVERHEAD,
     TRANSACTIONAL_FLAG,
-    KafkaRecordError,
     canonical_to_batch,
-    decode_batches,
+    encode_batch,
 )
-from gateway.backends.kafka.to_canonical import batches_to_canonical
-from gateway.canonical import CANONICAL
+from gateway.canonical import CANONICAL, peek_header
 from gateway.model import RecordBatch
+from gateway.protocols.kafka.inflate import Corrupt, TooLarge, inflate
+from gateway.protocols.kafka.native import KAFKA_V2, at_offset
 
 NO_PRODUCER = -1
 
@@ -48,9 +51,66 @@ class ProducedBatch:
     base_sequence: int
 
 
+def _zigzag(buf: bytes, p: int) -> tuple[int, int]:
+    """(value, position after) of the zigzag varint at ``p``."""
+    b = buf[p]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), p + 1
+    raw = b & 0x7F
+    shift = 7
+    while True:
+        p += 1
+        b = buf[p]
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), p + 1
+        shift += 7
+        if shift > 63:
+            raise InvalidBatch("a varint runs past 10 bytes", CORRUPT_MESSAGE)
+
+
+def _walk(buf: bytes, pos: int, end: int, count: int) -> None:
+    """Check the records of a batch without decoding them: each record's length fits, the
+    offset deltas count 0..count-1, and the records fill the batch exactly. (Keys, values and
+    headers are the client's: a Kafka consumer reads them as written; another protocol's reader
+    decodes them, and refuses a malformed one as a corrupt message.) The one- and two-byte
+    varints (every length below 8 KiB, every delta below 8192) are read in line: this loop is
+    most of a produce's CPU."""
+    for i in range(count):
+        b = buf[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            body = pos + 1
+        elif buf[pos + 1] < 0x80:
+            raw = (b & 0x7F) | (buf[pos + 1] << 7)
+            length = (raw >> 1) ^ -(raw & 1)
+            body = pos + 2
+        else:
+            length, body = _zigzag(buf, pos)
+        p = body + 1  # after the record's attributes byte
+        while buf[p] & 0x80:  # the timestamp delta, skipped
+            p += 1
+        b = buf[p + 1]
+        if b < 0x80:
+            delta = (b >> 1) ^ -(b & 1)
+        elif buf[p + 2] < 0x80:
+            raw = (b & 0x7F) | (buf[p + 2] << 7)
+            delta = (raw >> 1) ^ -(raw & 1)
+        else:
+            delta, _ = _zigzag(buf, p + 1)
+        if delta != i:
+            raise InvalidBatch(f"record {i} has offset delta {delta}", INVALID_RECORD)
+        pos = body + length
+        if length < 3 or pos > end:
+            raise InvalidBatch(f"record {i} of {length} bytes runs past its batch", CORRUPT_MESSAGE)
+    if pos != end:
+        raise InvalidBatch(f"{end - pos} bytes after the batch's {count} records", CORRUPT_MESSAGE)
+
+
 def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
-    """The one v2 batch of a Produce (v3+) partition. Raises InvalidBatch: not exactly one
-    batch, not magic 2, a CRC mismatch, a control or transactional batch, above ``max_bytes``
+    """The one v2 batch of a Produce (v3+) partition, kept as sent (``native.KAFKA_V2``).
+    Raises InvalidBatch: not exactly one batch, not magic 2, a CRC mismatch, a control or
+    transactional batch, records that do not fill it as its header says, above ``max_bytes``
     (the listener's message_max_bytes, as a broker's message.max.bytes: per batch)."""
     buf = bytes(data)
     if len(buf) > max_bytes:
@@ -60,7 +120,7 @@ def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
         )
     if len(buf) < HEAD_SIZE + BATCH_BODY.size:
         raise InvalidBatch(f"record set of {len(buf)} bytes holds no batch", CORRUPT_MESSAGE)
-    _base, length, _epoch, magic, _crc = BATCH_HEAD.unpack_from(buf, 0)
+    _base, length, _epoch, magic, crc = BATCH_HEAD.unpack_from(buf, 0)
     if magic != 2:
         raise InvalidBatch(
             f"message format magic {magic}: v3+ Produce carries record batches v2",
@@ -68,7 +128,11 @@ def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
         )
     if OVERHEAD + length != len(buf):
         raise InvalidBatch("a Produce partition must hold exactly one record batch", INVALID_RECORD)
-    attrs, last_delta, _bts, _mts, pid, pepoch, bseq, count = BATCH_BODY.unpack_from(buf, HEAD_SIZE)
+    if crc32c.crc32c(buf[HEAD_SIZE:]) != crc:
+        raise InvalidBatch("CRC mismatch in the record batch", CORRUPT_MESSAGE)
+    attrs, last_delta, _bts, max_ts, pid, pepoch, bseq, count = BATCH_BODY.unpack_from(
+        buf, HEAD_SIZE
+    )
     if attrs & (CONTROL_FLAG | TRANSACTIONAL_FLAG):
         raise InvalidBatch(
             "transactional and control batches are refused (no transactions)",
@@ -78,32 +142,56 @@ def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
         raise InvalidBatch(
             f"batch of {count} records with last offset delta {last_delta}", INVALID_RECORD
         )
+    start = HEAD_SIZE + BATCH_BODY.size
     try:
-        canonical = batches_to_canonical(buf, 0, count)
-        if canonical is not None and canonical[1] == count:
-            block, n, max_ts = canonical
-            batch = RecordBatch(encoded=block, codec=CANONICAL, count=n, max_timestamp_us=max_ts)
+        codec = attrs & COMPRESSION_MASK
+        if codec:
+            records = inflate(codec, buf[start:])
+            _walk(records, 0, len(records), count)
         else:
-            records = decode_batches(buf, 0, count)
-            if len(records) != count:
-                raise InvalidBatch(
-                    f"batch says {count} records, holds {len(records)}", CORRUPT_MESSAGE
-                )
-            batch = RecordBatch([r._replace(offset=-1) for r in records])
-    except KafkaRecordError as exc:
-        raise InvalidBatch(str(exc), CORRUPT_MESSAGE) from None
-    except ValueError as exc:  # a codec's error on corrupt compressed data
-        raise InvalidBatch(f"cannot decompress the batch: {exc}", CORRUPT_MESSAGE) from None
+            _walk(buf, start, len(buf), count)
+    except IndexError as exc:
+        raise InvalidBatch(f"truncated records: {exc}", CORRUPT_MESSAGE) from None
+    except TooLarge as exc:
+        raise InvalidBatch(str(exc), MESSAGE_TOO_LARGE) from None
+    except Corrupt as exc:
+        raise InvalidBatch(f"the batch does not decompress: {exc}", CORRUPT_MESSAGE) from None
+    batch = RecordBatch(
+        encoded=buf,
+        codec=KAFKA_V2,
+        count=count,
+        max_timestamp_us=max_ts * 1000 if max_ts >= 0 else -1,
+    )
     return ProducedBatch(batch, pid, pepoch, bseq)
 
 
-def fetch_records(batches: tuple[RecordBatch, ...] | list[RecordBatch], now_ms: int) -> list[bytes]:
-    """Stored batches as v2 batches (uncompressed), each at its backend offset."""
-    out = []
+def fetch_records(
+    batches: tuple[RecordBatch, ...] | list[RecordBatch], now_ms: int
+) -> list[bytes | memoryview]:
+    """Stored batches as v2 batches, each at its backend offset: a whole batch a Kafka client
+    produced goes back as it came; part of one (a read from inside it) and records stored by
+    other protocols are written uncompressed, so the answer holds exactly what the backend gave
+    (and its size what the answer's budget counted). Timestamps go out in milliseconds, as
+    Kafka has them (without the Kafka backend's ``_gw.us`` header for the microseconds)."""
+    out: list[bytes | memoryview] = []
     for batch in batches:
         if not batch.count:
             continue
+        block = batch.encoded_as(KAFKA_V2)
+        if block is not None:
+            out += at_offset(block, batch.base_offset)
+            continue
         block = batch.encode(CANONICAL)
-        data, _n = canonical_to_batch(block, now_ms, batch.base_offset)
+        _count, min_ts, max_ts = peek_header(block)
+        if min_ts % 1000 == 0 and max_ts % 1000 == 0:
+            data, _n = canonical_to_batch(block, now_ms, batch.first_offset)
+        else:  # microseconds (another protocol's records): cut to the millisecond a client has
+            records = [
+                r._replace(timestamp_us=r.timestamp_us - r.timestamp_us % 1000)
+                if r.timestamp_us > 0
+                else r
+                for r in batch.records
+            ]
+            data = encode_batch(records, now_ms, batch.first_offset)
         out.append(data)
     return out
