@@ -85,7 +85,7 @@ def unsupported(what: str, backend: str) -> GatewayError:
 class Backend(abc.ABC):
     """One configured storage system. ``name`` is its key in the ``[backends]`` config table."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: Capabilities = Capabilities()  # a backend may narrow it per instance
     type_name: ClassVar[str] = ""
 
     def __init__(self, name: str) -> None:

@@ -13,6 +13,7 @@ import trio
 from kio.schema.create_partitions.v1 import request as cp_req
 from kio.schema.create_topics.v3 import request as ct_req
 from kio.schema.delete_topics.v3 import request as dt_req
+from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32
 
 from gateway.backends import BackendSpec
@@ -124,7 +125,7 @@ class KafkaBackend(Backend):
         request = ct_req.CreateTopicsRequest(
             topics=(
                 ct_req.CreatableTopic(
-                    name=name,
+                    name=TopicName(name),
                     num_partitions=i32(partitions),
                     replication_factor=i16(self.config.replication_factor),
                     assignments=(),
@@ -163,7 +164,7 @@ class KafkaBackend(Backend):
             )
         await self.cluster.topic_meta(name, fresh=True)
         request = dt_req.DeleteTopicsRequest(
-            topic_names=(name,), timeout=ms(self.config.request_timeout_ms)
+            topic_names=(TopicName(name),), timeout=ms(self.config.request_timeout_ms)
         )
         response = await self.cluster.call(request)
         for r in response.responses:
@@ -212,7 +213,11 @@ class KafkaBackend(Backend):
         total = meta.info.partitions + count
         check_partitions(total)
         request = cp_req.CreatePartitionsRequest(
-            topics=(cp_req.CreatePartitionsTopic(name=name, count=i32(total), assignments=None),),
+            topics=(
+                cp_req.CreatePartitionsTopic(
+                    name=TopicName(name), count=i32(total), assignments=None
+                ),
+            ),
             timeout=ms(self.config.request_timeout_ms),
             validate_only=False,
         )

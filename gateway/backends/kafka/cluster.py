@@ -14,6 +14,7 @@ import structlog
 import trio
 from kio.schema.errors import ErrorCode as KErr
 from kio.schema.metadata.v7 import request as md_req
+from kio.schema.types import TopicName
 from kio.static.primitive import i32Timedelta
 
 from gateway.backends.base import unsupported
@@ -224,7 +225,7 @@ class KafkaCluster:
         request = md_req.MetadataRequest(
             topics=None
             if topics is None
-            else tuple(md_req.MetadataRequestTopic(name=t) for t in topics),
+            else tuple(md_req.MetadataRequestTopic(name=TopicName(t)) for t in topics),
             allow_auto_topic_creation=False,
         )
         response = await self.call(request)

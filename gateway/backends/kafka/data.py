@@ -11,6 +11,7 @@ import trio
 from kio.schema.errors import ErrorCode as KErr
 from kio.schema.fetch.v10 import request as fetch_req
 from kio.schema.list_offsets.v4 import request as lo_req
+from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
 
 from gateway.backends.base import AppendGate, landed_elsewhere, offset_mismatch
@@ -146,11 +147,11 @@ class RecordStore:
         """(offset, timestamp) from ListOffsets: -1 latest, -2 earliest, else a time in ms."""
         meta = await self.cluster.topic_meta(topic, partition)
         request = lo_req.ListOffsetsRequest(
-            replica_id=i32(-1),
+            replica_id=BrokerId(-1),
             isolation_level=i8(0),
             topics=(
                 lo_req.ListOffsetsTopic(
-                    name=topic,
+                    name=TopicName(topic),
                     partitions=(
                         lo_req.ListOffsetsPartition(
                             partition_index=i32(partition),
@@ -205,7 +206,7 @@ class RecordStore:
         the last stable offset, with the aborted transactions among the batches it sends."""
         meta = await self.cluster.topic_meta(topic, partition)
         request = fetch_req.FetchRequest(
-            replica_id=i32(-1),
+            replica_id=BrokerId(-1),
             max_wait=ms(wait_ms),  # Tansu answers a zero wait with no partitions at all
             min_bytes=i32(1),
             max_bytes=i32(max(max_bytes, 1)),
@@ -214,7 +215,7 @@ class RecordStore:
             session_epoch=i32(-1),
             topics=(
                 fetch_req.FetchTopic(
-                    topic=topic,
+                    topic=TopicName(topic),
                     partitions=(
                         fetch_req.FetchPartition(
                             partition=i32(partition),

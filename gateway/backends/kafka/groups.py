@@ -36,6 +36,7 @@ from kio.schema.heartbeat.v2 import request as hb_req
 from kio.schema.join_group.v3 import request as jg_req
 from kio.schema.leave_group.v2 import request as lg_req
 from kio.schema.sync_group.v2 import request as sg_req
+from kio.schema.types import GroupId
 from kio.static.primitive import i32
 from prometheus_client import Gauge
 
@@ -392,7 +393,7 @@ class KafkaGroups:
         conn = await self._connection(state)
         joined = await conn.call(
             jg_req.JoinGroupRequest(
-                group_id=state.name,
+                group_id=GroupId(state.name),
                 session_timeout=ms(self._config.group_session_timeout_ms),
                 rebalance_timeout=ms(self._config.group_rebalance_timeout_ms),
                 member_id=state.member_id,
@@ -428,7 +429,7 @@ class KafkaGroups:
             assignments = await self._assign(generation, joined.members)
         synced = await conn.call(
             sg_req.SyncGroupRequest(
-                group_id=state.name,
+                group_id=GroupId(state.name),
                 generation_id=i32(generation),
                 member_id=state.member_id,
                 assignments=assignments,
@@ -489,7 +490,7 @@ class KafkaGroups:
             conn = await self._connection(state)
             response = await conn.call(
                 hb_req.HeartbeatRequest(
-                    group_id=state.name,
+                    group_id=GroupId(state.name),
                     generation_id=i32(state.generation),
                     member_id=state.member_id,
                 ),
@@ -512,7 +513,8 @@ class KafkaGroups:
         with trio.move_on_after(timeout):
             try:
                 await state.conn.call(
-                    lg_req.LeaveGroupRequest(group_id=state.name, member_id=member_id), timeout
+                    lg_req.LeaveGroupRequest(group_id=GroupId(state.name), member_id=member_id),
+                    timeout,
                 )
             except GatewayError as exc:
                 log.info("kafka_group_leave_failed", group=state.name, error=exc.message)
@@ -522,7 +524,9 @@ class KafkaGroups:
         empty = GroupDescription(group, "empty", 0, ())
         try:
             node = await self._coordinator(group)
-            response = await self._cluster.call(dg_req.DescribeGroupsRequest(groups=(group,)), node)
+            response = await self._cluster.call(
+                dg_req.DescribeGroupsRequest(groups=(GroupId(group),)), node
+            )
         except GatewayError as exc:
             if exc.code is ErrorCode.UNSUPPORTED:
                 return empty

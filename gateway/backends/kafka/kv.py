@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode as KErr
 from kio.schema.find_coordinator.v2 import request as fc_req
 from kio.schema.offset_commit.v6 import request as oc_req
 from kio.schema.offset_fetch.v5 import request as of_req
+from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
 from gateway.backends.kafka.cluster import KafkaCluster, kafka_error
@@ -182,12 +183,12 @@ class KafkaKV:
         if self._membership is not None:
             member_id, generation = self._membership(group) or ("", -1)
         request = oc_req.OffsetCommitRequest(
-            group_id=group,
+            group_id=GroupId(group),
             generation_id_or_member_epoch=i32(generation),
             member_id=member_id,
             topics=(
                 oc_req.OffsetCommitRequestTopic(
-                    name=topic,
+                    name=TopicName(topic),
                     partitions=(
                         oc_req.OffsetCommitRequestPartition(
                             partition_index=i32(partition),
@@ -214,9 +215,11 @@ class KafkaKV:
             return None
         group, topic, partition = parsed
         request = of_req.OffsetFetchRequest(
-            group_id=group,
+            group_id=GroupId(group),
             topics=(
-                of_req.OffsetFetchRequestTopic(name=topic, partition_indexes=(i32(partition),)),
+                of_req.OffsetFetchRequestTopic(
+                    name=TopicName(topic), partition_indexes=(i32(partition),)
+                ),
             ),
         )
         response = await self._cluster.call(request, await self._coordinator(group))

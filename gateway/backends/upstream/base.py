@@ -122,9 +122,7 @@ class UpstreamBackend(Backend):
         self._append_gate = AppendGate()
         if config.local_groups and self.capabilities.groups == "none":
             # an instance attribute: this gateway keeps the groups (one gateway on the broker)
-            self.capabilities = replace(  # type: ignore[misc]
-                type(self).capabilities, groups="gateway"
-            )
+            self.capabilities = replace(type(self).capabilities, groups="gateway")
 
     # ------------------------------------------------------------------ connections
     async def _connect(self) -> Any:
