@@ -17,6 +17,7 @@ from gateway.backends.kafka.records import (
     HEAD_SIZE,
     OVERHEAD,
     TRANSACTIONAL_FLAG,
+    US_HEADER,
     canonical_to_batch,
     encode_batch,
 )
@@ -41,6 +42,17 @@ MESSAGE_TOO_LARGE = 10
 INVALID_RECORD = 87
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+INVALID_TIMESTAMP = 32
+
+# What the gateway's records hold (every protocol reads a stored Kafka batch): timestamps whose
+# nanoseconds fit 64 bits (up to the year 2262; -1 is Kafka's "no timestamp"), at most 65535
+# headers a record, header names up to 65535 bytes.
+MIN_TIMESTAMP_MS = -1
+MAX_TIMESTAMP_MS = (2**63 - 1) // 1_000_000
+MAX_HEADERS = 0xFFFF
+MAX_HEADER_NAME = 0xFFFF
+_US_NAME = US_HEADER.encode()
+_US_LEN = len(_US_NAME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,40 +81,132 @@ def _zigzag(buf: bytes, p: int) -> tuple[int, int]:
             raise InvalidBatch("a varint runs past 10 bytes", CORRUPT_MESSAGE)
 
 
-def _walk(buf: bytes, pos: int, end: int, count: int) -> None:
-    """Check the records of a batch without decoding them: each record's length fits, the
-    offset deltas count 0..count-1, and the records fill the batch exactly. (Keys, values and
-    headers are the client's: a Kafka consumer reads them as written; another protocol's reader
-    decodes them, and refuses a malformed one as a corrupt message.) The one- and two-byte
-    varints (every length below 8 KiB, every delta below 8192) are read in line: this loop is
-    most of a produce's CPU."""
+def _varint_at(buf: bytes, p: int) -> tuple[int, int]:
+    """(value, position after) of the zigzag varint at ``p``, one- and two-byte ones first."""
+    b = buf[p]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), p + 1
+    if buf[p + 1] < 0x80:
+        raw = (b & 0x7F) | (buf[p + 1] << 7)
+        return (raw >> 1) ^ -(raw & 1), p + 2
+    return _zigzag(buf, p)
+
+
+def _headers(buf: bytes, p: int, stop: int, i: int) -> int:
+    """The position after record ``i``'s headers (count at ``p``), each checked: a key of 0 or
+    more bytes (at most 65535, as the gateway's records hold), a value of -1 (null) or more, and
+    the gateway's own ``_gw.us`` header (the microseconds of a timestamp) 1 to 3 digits."""
+    nh, p = _varint_at(buf, p)
+    if nh < 0 or nh > MAX_HEADERS or nh > (stop - p) // 2:  # each header takes 2 bytes or more
+        raise InvalidBatch(f"record {i} has a header count of {nh}", CORRUPT_MESSAGE)
+    for _ in range(nh):
+        hk, p = _varint_at(buf, p)
+        if hk < 0 or hk > MAX_HEADER_NAME:
+            raise InvalidBatch(f"record {i} has a header key of length {hk}", CORRUPT_MESSAGE)
+        name = p
+        p += hk
+        hv, p = _varint_at(buf, p)
+        if hv < -1:
+            raise InvalidBatch(f"record {i} has a header value of length {hv}", CORRUPT_MESSAGE)
+        if hv > 0:
+            if hk == _US_LEN and buf[name : name + hk] == _US_NAME and not _us_ok(buf[p : p + hv]):
+                raise InvalidBatch(f"record {i} has a malformed {US_HEADER} header", INVALID_RECORD)
+            p += hv
+        elif hk == _US_LEN and buf[name : name + hk] == _US_NAME:
+            raise InvalidBatch(f"record {i} has an empty {US_HEADER} header", INVALID_RECORD)
+        if p > stop:
+            raise InvalidBatch(f"record {i}'s headers run past the record", CORRUPT_MESSAGE)
+    return p
+
+
+def _us_ok(value: bytes) -> bool:
+    """The ``_gw.us`` header's value as the gateway writes it: 1 to 3 ASCII digits."""
+    return len(value) <= 3 and value.isdigit() and value.isascii()
+
+
+def _walk(buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int) -> None:
+    """Check every record of a batch as a broker does, without building objects: its length
+    prefix; its timestamp delta within ``ts_lo``..``ts_hi``; its offset delta (record i has
+    i); its key and value lengths (-1 for null, else bytes within the record); its header count
+    and each header's lengths; its fields ending exactly where the length prefix says; and the
+    records filling the batch. A batch that passes decodes for every reader: other protocols
+    decode stored Kafka batches, and one malformed record would make the whole batch unreadable
+    for them. The one- and two-byte varints (lengths below 8 KiB, deltas below 8192) are read
+    in line and headers (rare) in a function: this loop is most of a produce's CPU."""
     for i in range(count):
         b = buf[pos]
         if b < 0x80:
             length = (b >> 1) ^ -(b & 1)
-            body = pos + 1
+            p = pos + 1
         elif buf[pos + 1] < 0x80:
             raw = (b & 0x7F) | (buf[pos + 1] << 7)
             length = (raw >> 1) ^ -(raw & 1)
-            body = pos + 2
+            p = pos + 2
         else:
-            length, body = _zigzag(buf, pos)
-        p = body + 1  # after the record's attributes byte
-        while buf[p] & 0x80:  # the timestamp delta, skipped
-            p += 1
-        b = buf[p + 1]
+            length, p = _zigzag(buf, pos)
+        stop = p + length
+        if length < 6 or stop > end:  # attributes and five varints take 6 bytes or more
+            raise InvalidBatch(f"record {i} of {length} bytes runs past its batch", CORRUPT_MESSAGE)
+        b = buf[p + 1]  # after the attributes (unused by Kafka): the timestamp delta
+        if b < 0x80:
+            ts = (b >> 1) ^ -(b & 1)
+            p += 2
+        else:
+            ts, p = _zigzag(buf, p + 1)
+        if ts < ts_lo or ts > ts_hi:
+            raise InvalidBatch(f"record {i}'s timestamp is out of range", INVALID_TIMESTAMP)
+        b = buf[p]
         if b < 0x80:
             delta = (b >> 1) ^ -(b & 1)
-        elif buf[p + 2] < 0x80:
-            raw = (b & 0x7F) | (buf[p + 2] << 7)
+            p += 1
+        elif buf[p + 1] < 0x80:
+            raw = (b & 0x7F) | (buf[p + 1] << 7)
             delta = (raw >> 1) ^ -(raw & 1)
+            p += 2
         else:
-            delta, _ = _zigzag(buf, p + 1)
+            delta, p = _zigzag(buf, p)
         if delta != i:
             raise InvalidBatch(f"record {i} has offset delta {delta}", INVALID_RECORD)
-        pos = body + length
-        if length < 3 or pos > end:
-            raise InvalidBatch(f"record {i} of {length} bytes runs past its batch", CORRUPT_MESSAGE)
+        b = buf[p]  # the key's length (-1: null) and bytes
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            p += 1
+        elif buf[p + 1] < 0x80:
+            raw = (b & 0x7F) | (buf[p + 1] << 7)
+            n = (raw >> 1) ^ -(raw & 1)
+            p += 2
+        else:
+            n, p = _zigzag(buf, p)
+        if n > 0:
+            p += n
+        elif n < -1:
+            raise InvalidBatch(f"record {i} has a key of length {n}", CORRUPT_MESSAGE)
+        b = buf[p]  # the value's
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            p += 1
+        elif buf[p + 1] < 0x80:
+            raw = (b & 0x7F) | (buf[p + 1] << 7)
+            n = (raw >> 1) ^ -(raw & 1)
+            p += 2
+        else:
+            n, p = _zigzag(buf, p)
+        if n > 0:
+            p += n
+        elif n < -1:
+            raise InvalidBatch(f"record {i} has a value of length {n}", CORRUPT_MESSAGE)
+        if p >= stop:
+            raise InvalidBatch(f"record {i}'s fields run past its length", CORRUPT_MESSAGE)
+        if buf[p]:
+            p = _headers(buf, p, stop, i)
+        else:
+            p += 1  # no headers
+        if p != stop:
+            raise InvalidBatch(
+                f"record {i}: its fields take {p - pos} bytes, its length says {stop - pos}",
+                CORRUPT_MESSAGE,
+            )
+        pos = stop
     if pos != end:
         raise InvalidBatch(f"{end - pos} bytes after the batch's {count} records", CORRUPT_MESSAGE)
 
@@ -130,7 +234,7 @@ def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
         raise InvalidBatch("a Produce partition must hold exactly one record batch", INVALID_RECORD)
     if crc32c.crc32c(buf[HEAD_SIZE:]) != crc:
         raise InvalidBatch("CRC mismatch in the record batch", CORRUPT_MESSAGE)
-    attrs, last_delta, _bts, max_ts, pid, pepoch, bseq, count = BATCH_BODY.unpack_from(
+    attrs, last_delta, base_ts, max_ts, pid, pepoch, bseq, count = BATCH_BODY.unpack_from(
         buf, HEAD_SIZE
     )
     if attrs & (CONTROL_FLAG | TRANSACTIONAL_FLAG):
@@ -143,13 +247,14 @@ def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
             f"batch of {count} records with last offset delta {last_delta}", INVALID_RECORD
         )
     start = HEAD_SIZE + BATCH_BODY.size
+    ts_lo, ts_hi = MIN_TIMESTAMP_MS - base_ts, MAX_TIMESTAMP_MS - base_ts
     try:
         codec = attrs & COMPRESSION_MASK
         if codec:
             records = inflate(codec, buf[start:])
-            _walk(records, 0, len(records), count)
+            _walk(records, 0, len(records), count, ts_lo, ts_hi)
         else:
-            _walk(buf, start, len(buf), count)
+            _walk(buf, start, len(buf), count, ts_lo, ts_hi)
     except IndexError as exc:
         raise InvalidBatch(f"truncated records: {exc}", CORRUPT_MESSAGE) from None
     except TooLarge as exc:
