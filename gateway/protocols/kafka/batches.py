@@ -46,11 +46,12 @@ INVALID_TIMESTAMP = 32
 
 # What the gateway's records hold (every protocol reads a stored Kafka batch): timestamps whose
 # nanoseconds fit 64 bits (up to the year 2262; -1 is Kafka's "no timestamp"), at most 65535
-# headers a record, header names up to 65535 bytes.
+# headers a record, header names up to 16 KiB (read as UTF-8 with replacement characters, at
+# most 3 bytes for each, they stay within the 65535 bytes the gateway's records hold).
 MIN_TIMESTAMP_MS = -1
 MAX_TIMESTAMP_MS = (2**63 - 1) // 1_000_000
 MAX_HEADERS = 0xFFFF
-MAX_HEADER_NAME = 0xFFFF
+MAX_HEADER_NAME = 16 * 1024
 _US_NAME = US_HEADER.encode()
 _US_LEN = len(_US_NAME)
 _TS_FAST = 8192  # the largest magnitude of a one- or two-byte varint, plus one
@@ -95,7 +96,7 @@ def _varint_at(buf: bytes, p: int) -> tuple[int, int]:
 
 def _headers(buf: bytes, p: int, stop: int, i: int) -> int:
     """The position after record ``i``'s headers (count at ``p``), each checked: a key of 0 or
-    more bytes (at most 65535, as the gateway's records hold), a value of -1 (null) or more, and
+    more bytes (at most ``MAX_HEADER_NAME``), a value of -1 (null) or more, and
     the gateway's own ``_gw.us`` header (the microseconds of a timestamp) 1 to 3 digits."""
     nh, p = _varint_at(buf, p)
     if nh < 0 or nh > MAX_HEADERS or nh > (stop - p) // 2:  # each header takes 2 bytes or more

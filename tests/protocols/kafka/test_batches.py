@@ -226,6 +226,7 @@ MALFORMED = {
     "header key length -1": (record(1, headers=((b"", b"x"),), hklen=-1), CORRUPT_MESSAGE),
     "header value length -3": (record(1, headers=((b"h", b""),), hvlen=-3), CORRUPT_MESSAGE),
     "header value past the end": (record(1, hvlen=9), CORRUPT_MESSAGE),
+    "header name above 16 KiB": (record(1, headers=((b"\xff" * 16385, b"x"),)), CORRUPT_MESSAGE),
     "timestamp past 64-bit nanoseconds": (record(1, ts_delta=1 << 62), INVALID_TIMESTAMP),
     "timestamp below -1": (record(1, ts_delta=-BASE_MS - 2), INVALID_TIMESTAMP),
     "gateway microseconds header not digits": (
@@ -264,13 +265,14 @@ def test_unusual_but_valid_records_pass_and_read_back(codec: int) -> None:
         record(0, key=b"", klen=-1, value=b"", vlen=-1, headers=((b"", None),)),
         record(1, value=b"z" * 20_000, ts_delta=100_000),
         record(2, headers=tuple((b"h%d" % j, b"v") for j in range(70)), ts_delta=-5),
-        record(3, headers=((b"_gw.us", b"999"), (b"n" * 200, b"w")), ts_delta=-BASE_MS - 1),
+        record(3, headers=((b"_gw.us", b"999"), (b"\xff" * 16384, b"w")), ts_delta=-BASE_MS - 1),
     ]
     produced = read_produced(raw_batch(bodies, codec), 1 << 24)
     got = decode_batches(b"".join(fetch_records([produced.batch.stored_at(0)], 0)), 0)
     assert [(r.key, r.value) for r in got[:2]] == [(None, None), (b"k", b"z" * 20_000)]
     assert got[0].headers == (("", b""),)
     assert len(got[2].headers) == 70
+    assert CANONICAL.decode(CANONICAL.encode(got), 0)[3].headers[0][1] == b"w"  # another reader
     assert [r.timestamp_us for r in got] == [
         BASE_MS * 1000,
         (BASE_MS + 100_000) * 1000,
