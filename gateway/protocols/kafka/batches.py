@@ -54,6 +54,7 @@ MAX_HEADERS = 0xFFFF
 MAX_HEADER_NAME = 16 * 1024
 _US_NAME = US_HEADER.encode()
 _US_LEN = len(_US_NAME)
+_US_BYTE = 2 * _US_LEN  # the one-byte varint of its length
 _TS_FAST = 8192  # the largest magnitude of a one- or two-byte varint, plus one
 
 
@@ -134,6 +135,7 @@ _Z1 = tuple(_zz(b) for b in range(128))
 _Z2 = [0] * (128 + (128 << 7))
 _A1 = tuple(1 + max(n, 0) if n >= -1 else _FAR for n in _Z1)
 _A2 = [_FAR] * len(_Z2)
+_K1 = tuple(1 + n if n >= 0 else _FAR for n in _Z1)  # a header key: not null
 for _b in range(128, 256):
     for _c in range(128):
         _n = _zz((_b & 0x7F) | (_c << 7))
@@ -148,7 +150,7 @@ def _fast_ok(buf: bytes, pos: int, end: int, count: int) -> bool:
     caller checks these fit); False (or IndexError) for anything else, well formed or not, which
     :func:`_walk` then decides. Table look-ups instead of arithmetic: the common case at about
     the cost of walking the lengths alone."""
-    z1, z2, a1, a2 = _Z1, _Z2, _A1, _A2
+    z1, z2, a1, a2, k1 = _Z1, _Z2, _A1, _A2, _K1
     for i in range(count):
         b = buf[pos]
         if b < 0x80:
@@ -199,11 +201,9 @@ def _fast_ok(buf: bytes, pos: int, end: int, count: int) -> bool:
                 return False
             for _ in range(b >> 1):
                 b = buf[p]  # the header key: 0..63 bytes
-                if b & 0x81:
-                    return False
-                p += 1 + (b >> 1)
-                if b == 2 * _US_LEN and buf[p - _US_LEN : p] == _US_NAME:
+                if b == _US_BYTE and buf[p + 1 : p + 1 + _US_LEN] == _US_NAME:
                     return False  # the gateway's own header: its value is checked by _walk
+                p += k1[b]
                 b = buf[p]
                 if b < 0x80:
                     p += a1[b]
