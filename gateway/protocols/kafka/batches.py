@@ -144,78 +144,83 @@ for _b in range(128, 256):
 del _b, _c, _n
 
 
-def _fast_ok(buf: bytes, pos: int, end: int, count: int) -> bool:
-    """True when every record is well formed (see :func:`_walk`), for records whose varints
-    are one or two bytes, header names below 64 bytes and timestamp deltas within +-8191 (the
-    caller checks these fit); False (or IndexError) for anything else, well formed or not, which
-    :func:`_walk` then decides. Table look-ups instead of arithmetic: the common case at about
-    the cost of walking the lengths alone."""
+def _fast_walk(buf: bytes, pos: int, count: int) -> tuple[int, int]:
+    """(i, position of record i): records 0..i-1 from ``pos`` are well formed (see
+    :func:`_walk`); record i is the first this walk does not vouch for (i == count: none), well
+    formed or not: it takes records whose varints are one or two bytes, header names below 64
+    bytes and timestamp deltas within +-8191 (the caller checks these fit), and leaves the rest
+    to :func:`_walk`, which goes on from record i. Table look-ups instead of arithmetic: the
+    common case at about the cost of walking the lengths alone."""
     z1, z2, a1, a2, k1 = _Z1, _Z2, _A1, _A2, _K1
-    for i in range(count):
-        b = buf[pos]
-        if b < 0x80:
-            p = pos + 1
-            stop = p + z1[b]
-        else:
-            c = buf[pos + 1]
-            if c >= 0x80:
-                return False
-            p = pos + 2
-            stop = p + z2[b + (c << 7)]
-        if buf[p + 1] < 0x80:  # after the attributes: the timestamp delta
-            p += 2
-        elif buf[p + 2] < 0x80:
-            p += 3
-        else:
-            return False
-        b = buf[p]  # the offset delta
-        if b < 0x80:
-            if z1[b] != i:
-                return False
+    i = 0
+    try:
+        for i in range(count):
+            b = buf[pos]
+            if b < 0x80:
+                p = pos + 1
+                stop = p + z1[b]
+            else:
+                c = buf[pos + 1]
+                if c >= 0x80:
+                    return i, pos
+                p = pos + 2
+                stop = p + z2[b + (c << 7)]
+            if buf[p + 1] < 0x80:  # after the attributes: the timestamp delta
+                p += 2
+            elif buf[p + 2] < 0x80:
+                p += 3
+            else:
+                return i, pos
+            b = buf[p]  # the offset delta
+            if b < 0x80:
+                if z1[b] != i:
+                    return i, pos
+                p += 1
+            else:
+                c = buf[p + 1]
+                if c >= 0x80 or z2[b + (c << 7)] != i:
+                    return i, pos
+                p += 2
+            b = buf[p]  # the key
+            if b < 0x80:
+                p += a1[b]
+            else:
+                c = buf[p + 1]
+                if c >= 0x80:
+                    return i, pos
+                p += a2[b + (c << 7)]
+            b = buf[p]  # the value
+            if b < 0x80:
+                p += a1[b]
+            else:
+                c = buf[p + 1]
+                if c >= 0x80:
+                    return i, pos
+                p += a2[b + (c << 7)]
+            b = buf[p]  # the header count
             p += 1
-        else:
-            c = buf[p + 1]
-            if c >= 0x80 or z2[b + (c << 7)] != i:
-                return False
-            p += 2
-        b = buf[p]  # the key
-        if b < 0x80:
-            p += a1[b]
-        else:
-            c = buf[p + 1]
-            if c >= 0x80:
-                return False
-            p += a2[b + (c << 7)]
-        b = buf[p]  # the value
-        if b < 0x80:
-            p += a1[b]
-        else:
-            c = buf[p + 1]
-            if c >= 0x80:
-                return False
-            p += a2[b + (c << 7)]
-        b = buf[p]  # the header count
-        p += 1
-        if b:
-            if b & 0x81:  # negative, or 64 headers or more
-                return False
-            for _ in range(b >> 1):
-                b = buf[p]  # the header key: 0..63 bytes
-                if b == _US_BYTE and buf[p + 1 : p + 1 + _US_LEN] == _US_NAME:
-                    return False  # the gateway's own header: its value is checked by _walk
-                p += k1[b]
-                b = buf[p]
-                if b < 0x80:
-                    p += a1[b]
-                else:
-                    c = buf[p + 1]
-                    if c >= 0x80:
-                        return False
-                    p += a2[b + (c << 7)]
-        if p != stop:
-            return False
-        pos = stop
-    return pos == end
+            if b:
+                if b & 0x81:  # negative, or 64 headers or more
+                    return i, pos
+                for _ in range(b >> 1):
+                    b = buf[p]  # the header key: 0..63 bytes
+                    if b == _US_BYTE and buf[p + 1 : p + 1 + _US_LEN] == _US_NAME:
+                        return i, pos  # the gateway's own header: its value is checked by _walk
+                    p += k1[b]
+                    b = buf[p]
+                    if b < 0x80:
+                        p += a1[b]
+                    else:
+                        c = buf[p + 1]
+                        if c >= 0x80:
+                            return i, pos
+                        p += a2[b + (c << 7)]
+            if p != stop:
+                return i, pos
+            pos = stop
+    except IndexError:  # a length past the end: _walk names it
+        return i, pos
+    return count, pos
 
 
 def _us_ok(value: bytes) -> bool:
@@ -223,7 +228,9 @@ def _us_ok(value: bytes) -> bool:
     return len(value) <= 3 and value.isdigit() and value.isascii()
 
 
-def _walk(buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int) -> None:
+def _walk(
+    buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int, first: int = 0
+) -> None:
     """Check every record of a batch as a broker does, without building objects: its length
     prefix; its timestamp delta within ``ts_lo``..``ts_hi``; its offset delta (record i has
     i); its key and value lengths (-1 for null, else bytes within the record); its header count
@@ -231,8 +238,9 @@ def _walk(buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int) ->
     records filling the batch. A batch that passes decodes for every reader: other protocols
     decode stored Kafka batches, and one malformed record would make the whole batch unreadable
     for them. The one- and two-byte varints (lengths below 8 KiB, deltas below 8192) are read
-    in line and headers (rare) in a function: this loop is most of a produce's CPU."""
-    for i in range(count):
+    in line and headers (rare) in a function. ``pos`` is where record ``first`` starts (the
+    records before it checked by :func:`_fast_walk`)."""
+    for i in range(first, count):
         b = buf[pos]
         if b < 0x80:
             length = (b >> 1) ^ -(b & 1)
@@ -311,15 +319,12 @@ def _walk(buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int) ->
 
 
 def _check_records(buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int) -> None:
-    """:func:`_fast_ok` for the common case, :func:`_walk` (which names what is wrong) for the
-    rest."""
+    """:func:`_fast_walk` for the common case, :func:`_walk` (which names what is wrong) from
+    the first record it leaves, so no record is walked twice."""
+    first = 0
     if ts_lo <= -_TS_FAST and ts_hi >= _TS_FAST:  # any two-byte delta gives a good timestamp
-        try:
-            if _fast_ok(buf, pos, end, count):
-                return
-        except IndexError:
-            pass
-    _walk(buf, pos, end, count, ts_lo, ts_hi)
+        first, pos = _fast_walk(buf, pos, count)
+    _walk(buf, pos, end, count, ts_lo, ts_hi, first)
 
 
 def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
