@@ -20,10 +20,13 @@ JSON answer per line on stdout (bytes in base64, timestamps in milliseconds):
 A failure answers ``{"error": "..."}``; the worker goes on with the next request.
 """
 
+from __future__ import annotations
+
 import base64
 import json
 import sys
 import time
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -38,26 +41,26 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def b64(data):
+def b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode()
 
 
-def unb64(text):
+def unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
 class Worker:
-    def __init__(self, bootstrap):
+    def __init__(self, bootstrap: str) -> None:
         common = {"bootstrap.servers": bootstrap, "client.id": "gateway-matrix"}
         self.producer = Producer(common)
         self.admin = AdminClient(common)
         self.common = common
 
-    def hello(self, request):
+    def hello(self, request: dict[str, Any]) -> dict[str, Any]:
         self.producer.list_topics(timeout=request.get("timeout_s", 10))
         return {"version": version()[0], "librdkafka": libversion()[0]}
 
-    def create_topic(self, request):
+    def create_topic(self, request: dict[str, Any]) -> dict[str, Any]:
         topic = request["topic"]
         futures = self.admin.create_topics(
             [NewTopic(topic, request.get("partitions", 1), 1)], request_timeout=10
@@ -69,10 +72,11 @@ class Worker:
                 raise
         return {}
 
-    def produce(self, request):
-        offsets, errors = [], []
+    def produce(self, request: dict[str, Any]) -> dict[str, Any]:
+        offsets: list[int] = []
+        errors: list[str] = []
 
-        def delivered(err, msg):
+        def delivered(err: Any, msg: Any) -> None:
             if err is not None:
                 errors.append(str(err))
             else:
@@ -96,7 +100,7 @@ class Worker:
             return {"error": f"{left} record(s) not delivered in time"}
         return {"offsets": offsets}
 
-    def consume(self, request):
+    def consume(self, request: dict[str, Any]) -> dict[str, Any]:
         deadline = time.monotonic() + request.get("timeout_s", 30)
         # a consumer per read: one that moved on from another topic would wait out its fetch
         # still parked at the broker (fetch.wait.max.ms) before fetching the new one. assign()
@@ -108,7 +112,7 @@ class Worker:
         # offset only on librdkafka's next retry, half a second later
         consumer.list_topics(request["topic"], timeout=10)
         consumer.assign([TopicPartition(request["topic"], 0, OFFSET_BEGINNING)])
-        records = []
+        records: list[list[Any]] = []
         try:
             while len(records) < request["count"]:
                 if time.monotonic() > deadline:
@@ -135,7 +139,7 @@ class Worker:
 OPS = ("hello", "create_topic", "produce", "consume")
 
 
-def main():
+def main() -> None:
     worker = Worker(sys.argv[1])
     for line in sys.stdin:
         request = json.loads(line)

@@ -302,6 +302,10 @@ class KafkaDriver(Driver):
     produces = ALL_FIELDS
     consumes = ALL_FIELDS
 
+    # the worker's own deadlines, inside the matrix's (10 s to open, 30 s a pair)
+    HELLO_S = 8
+    CALL_S = 20
+
     async def open(self) -> None:
         python = confluent_python(self.options.get("python"))
         if python is None:
@@ -310,18 +314,23 @@ class KafkaDriver(Driver):
                 "a Python that has it (gateway matrix --kafka-python PATH)"
             )
         self.stderr = tempfile.TemporaryFile()
-        self.process = await trio.lowlevel.open_process(
+        self.buffer = b""
+        self.process: trio.Process | None = await trio.lowlevel.open_process(
             [python, str(CONFLUENT_WORKER), f"{self.host}:{self.port}"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
         )
-        self.buffer = b""
-        hello = await self._call({"op": "hello"})
+        try:
+            hello = await self._call({"op": "hello", "timeout_s": self.HELLO_S})
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.aclose()  # a driver that failed to open is never closed by the matrix
+            raise
         self.version = f"confluent-kafka {hello['version']}, librdkafka {hello['librdkafka']}"
 
     async def aclose(self) -> None:
-        process = getattr(self, "process", None)
+        process, self.process = getattr(self, "process", None), None
         if process is None:
             return
         if process.stdin is not None:
@@ -334,15 +343,24 @@ class KafkaDriver(Driver):
         self.stderr.close()
 
     async def _call(self, request: dict[str, Any]) -> dict[str, Any]:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        await self.process.stdin.send_all(json.dumps(request).encode() + b"\n")
-        while b"\n" not in self.buffer:
-            chunk = await self.process.stdout.receive_some(1 << 20)
-            if not chunk:
-                self.stderr.seek(0)
-                tail = self.stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-                raise RuntimeError(f"the confluent-kafka worker exited: {' | '.join(tail)}")
-            self.buffer += chunk
+        process = self.process
+        if process is None:
+            raise RuntimeError("the confluent-kafka worker was stopped (an earlier call timed out)")
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            await process.stdin.send_all(json.dumps(request).encode() + b"\n")
+            while b"\n" not in self.buffer:
+                chunk = await process.stdout.receive_some(1 << 20)
+                if not chunk:
+                    self.stderr.seek(0)
+                    tail = self.stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+                    raise RuntimeError(f"the confluent-kafka worker exited: {' | '.join(tail)}")
+                self.buffer += chunk
+        except BaseException:
+            # cancelled or broken mid-call: a late answer would be taken for the next call's
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+            raise
         line, _, self.buffer = self.buffer.partition(b"\n")
         answer: dict[str, Any] = json.loads(line)
         if "error" in answer:
@@ -358,20 +376,22 @@ class KafkaDriver(Driver):
                 _b64(r.key),
                 _b64(r.value),
                 [[k, _b64(v)] for k, v in r.headers],
-                r.timestamp_us // 1000,
+                r.timestamp_us // 1000 if r.timestamp_us >= 0 else 0,  # 0: librdkafka's now
             ]
             for r in records
         ]
-        await self._call({"op": "produce", "topic": topic, "records": wire})
+        request = {"op": "produce", "topic": topic, "records": wire, "timeout_s": self.CALL_S}
+        await self._call(request)
 
     async def consume(self, topic: str, count: int) -> list[Record]:
-        answer = await self._call({"op": "consume", "topic": topic, "count": count})
+        request = {"op": "consume", "topic": topic, "count": count, "timeout_s": self.CALL_S}
+        answer = await self._call(request)
         return [
             Record(
                 _unb64(key),
                 _unb64(value),
                 tuple((k, _unb64(v) or b"") for k, v in headers),
-                ts_ms * 1000,
+                ts_ms * 1000 if ts_ms >= 0 else -1,
                 offset,
             )
             for offset, key, value, headers, ts_ms in answer["records"]
