@@ -221,3 +221,27 @@ def test_the_table_reads_at_a_glance() -> None:
     md = format_table(results, markdown=True)
     assert md.splitlines()[0] == "| producer \\ consumer | tank | iggy |"
     assert md.splitlines()[1] == "|---|---|---|"
+
+
+def test_a_kafka_call_cut_short_stops_the_worker(embedded_gateway: GatewayProcess) -> None:
+    """A cancelled call (the pair's deadline) would leave its answer in the pipe for the next
+    call: the driver stops the worker instead, and says so."""
+
+    async def main() -> str:
+        driver = KafkaDriver(
+            *embedded_gateway.address("kafka08"), python=venv_python("confluent-kafka")
+        )
+        await driver.open()
+        try:
+            await driver.create_topic("cut-short", 1)
+            with trio.move_on_after(1) as scope:
+                await driver.consume("cut-short", 1)  # nothing there: waits
+            assert scope.cancelled_caught
+            assert driver.process is None
+            with pytest.raises(RuntimeError) as err:
+                await driver.consume("cut-short", 1)
+            return str(err.value)
+        finally:
+            await driver.aclose()
+
+    assert "worker was stopped (an earlier call timed out)" in trio.run(main)
