@@ -23,6 +23,7 @@ import trio
 
 from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
 from gateway.backends.upstream.iggy_groups import IggyGroups
+from gateway.backends.upstream.iggy_status import status_error
 from gateway.model import (
     RESERVED_HEADER_PREFIX,
     AppendResult,
@@ -47,31 +48,6 @@ from gateway.protocols.iggy.messages import (
 )
 
 DEFAULT_STREAM = "default"
-S = c.Status
-_STATUS: dict[int, ErrorCode] = {
-    S.STREAM_ID_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
-    S.STREAM_NAME_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
-    S.TOPIC_ID_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
-    S.TOPIC_NAME_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
-    S.TOPIC_ID_ALREADY_EXISTS: ErrorCode.TOPIC_EXISTS,
-    S.TOPIC_NAME_ALREADY_EXISTS: ErrorCode.TOPIC_EXISTS,
-    S.INVALID_TOPIC_NAME: ErrorCode.INVALID_TOPIC,
-    S.INVALID_STREAM_NAME: ErrorCode.INVALID_TOPIC,
-    S.TOO_MANY_PARTITIONS: ErrorCode.INVALID_PARTITIONS,
-    S.PARTITION_NOT_FOUND: ErrorCode.UNKNOWN_PARTITION,
-    S.NO_PARTITIONS: ErrorCode.INVALID_PARTITIONS,
-    S.INVALID_OFFSET: ErrorCode.OFFSET_OUT_OF_RANGE,
-    S.TOO_BIG_HEADERS_PAYLOAD: ErrorCode.RECORD_TOO_LARGE,
-    S.TOO_BIG_MESSAGE_PAYLOAD: ErrorCode.RECORD_TOO_LARGE,
-    S.INVALID_HEADER_KEY: ErrorCode.INVALID_REQUEST,
-    S.INVALID_HEADER_VALUE: ErrorCode.INVALID_REQUEST,
-    S.EMPTY_MESSAGE_PAYLOAD: ErrorCode.INVALID_REQUEST,
-    S.INVALID_MESSAGES_COUNT: ErrorCode.INVALID_REQUEST,
-    S.UNAUTHENTICATED: ErrorCode.UNAUTHENTICATED,
-    S.UNAUTHORIZED: ErrorCode.UNAUTHORIZED,
-    S.INVALID_CREDENTIALS: ErrorCode.UNAUTHENTICATED,
-    S.FEATURE_UNAVAILABLE: ErrorCode.UNSUPPORTED,
-}
 
 
 def _sendable(headers: Any, kinds: bool = False) -> tuple[tuple[str, bytes], ...]:
@@ -86,10 +62,6 @@ def _sendable(headers: Any, kinds: bool = False) -> tuple[tuple[str, bytes], ...
         elif k and len(k.encode()) <= 255 and v:
             out.append((k, v))
     return tuple(out)
-
-
-def status_error(exc: IggyStatusError, what: str) -> GatewayError:
-    return GatewayError(_STATUS.get(exc.status, ErrorCode.INTERNAL), f"{what}: {exc}")
 
 
 class IggyUpstream(UpstreamBackend):

@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 import trio
 
+from gateway.backends.upstream.iggy_status import status_error
 from gateway.model import (
     ErrorCode,
     GatewayError,
@@ -97,7 +98,6 @@ class IggyGroups:
 
     @staticmethod
     def _mapped(exc: IggyStatusError, what: str) -> GatewayError:
-        from gateway.backends.upstream.iggy import status_error  # the backend's status table
 
         if exc.status == S.CONSUMER_GROUP_MEMBER_NOT_FOUND:
             return GatewayError(ErrorCode.UNKNOWN_MEMBER, f"{what}: not a member")

@@ -59,8 +59,8 @@ def _row(cls: Any, row: tuple[int, int, int]) -> Any:
     return module.ApiVersion(api_key=i16(row[0]), min_version=i16(row[1]), max_version=i16(row[2]))
 
 
-async def handle(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
-    from gateway.protocols.kafka.dispatch import advertised_table
-
+def answer(ctx: KafkaContext, header: RequestHeader, table: list[tuple[int, int, int]]) -> Any:
+    """The ApiVersions answer with ``table``, the rows the listener advertises (the dispatch
+    table builds them, and registers this answer)."""
     ctx.count("api_versions", "ok" if header.api_version <= MAX_VERSION else "35")
-    return response(header.api_version, advertised_table())
+    return response(header.api_version, table)
