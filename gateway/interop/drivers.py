@@ -315,12 +315,18 @@ class KafkaDriver(Driver):
             )
         self.stderr = tempfile.TemporaryFile()
         self.buffer = b""
-        self.process: trio.Process | None = await trio.lowlevel.open_process(
-            [python, str(CONFLUENT_WORKER), f"{self.host}:{self.port}"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-        )
+        try:
+            self.process: trio.Process | None = await trio.lowlevel.open_process(
+                [python, str(CONFLUENT_WORKER), f"{self.host}:{self.port}"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+            )
+        except OSError as exc:  # no such interpreter
+            self.stderr.close()
+            raise RuntimeError(
+                f"cannot run {python} for the confluent-kafka worker: {exc}"
+            ) from exc
         try:
             hello = await self._call({"op": "hello", "timeout_s": self.HELLO_S})
         except BaseException:

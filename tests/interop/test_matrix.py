@@ -183,6 +183,17 @@ def test_without_confluent_kafka_the_kafka_client_says_so() -> None:
     assert message.startswith("the confluent-kafka worker exited")
     assert "No module named 'confluent_kafka'" in message
 
+    async def no_such_python() -> str:
+        driver = KafkaDriver("127.0.0.1", 1, python="/nonexistent/bin/python")
+        with pytest.raises(RuntimeError) as err:
+            await driver.open()
+        await driver.aclose()
+        return str(err.value)
+
+    assert trio.run(no_such_python).startswith(
+        "cannot run /nonexistent/bin/python for the confluent-kafka worker"
+    )
+
 
 def test_the_check_catches_a_changed_field() -> None:
     sent = matrix_records("tank", "liftbridge", 3, 1_000_000_000)
