@@ -69,7 +69,8 @@ def per_process_state(config: GatewayConfig) -> list[str]:
     one group connected to different workers form separate groups (overlapping assignments).
     On a NATS default backend all of it lives in the backend and is shared; on an upstream
     backend whose broker runs the groups (Cursus), or that refuses them (TANK, Kafka 0.8
-    without ``local_groups``), no process keeps group members either."""
+    without ``local_groups``), or on a Kafka backend (the cluster's group coordinator runs the
+    groups), no process keeps group members either."""
     default = _default_backend(config)
     nats = default is not None and default.type in SHARED_GROUP_BACKENDS
     groups_shared = nats or _groups_outside_the_process(default)
@@ -84,7 +85,10 @@ def per_process_state(config: GatewayConfig) -> list[str]:
 
 def _groups_outside_the_process(backend: BackendConfig | None) -> bool:
     """True when the core keeps no group members in the process on ``backend``: its server
-    runs the groups (``groups = "backend"``) or joins are refused (``"none"``)."""
+    runs the groups (``groups = "backend"``: a Kafka cluster's group coordinator, an upstream
+    broker's groups) or joins are refused (``"none"``)."""
+    if backend is not None and backend.type == "kafka":
+        return True
     if backend is None or backend.type != "upstream":
         return False
     from gateway.backends.upstream import make_upstream  # the protocol modules, on demand

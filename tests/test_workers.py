@@ -240,3 +240,18 @@ def test_per_process_state_on_upstream_backends(tmp_path: Path) -> None:
     assert unshared(protocol="iggy") == ["liftbridge"]
     assert unshared(protocol="liftbridge") == ["liftbridge"]
     assert unshared(protocol="kafka08", local_groups=True) == ["cursus", "iggy", "liftbridge"]
+
+
+def test_per_process_state_on_a_kafka_backend(tmp_path: Path) -> None:
+    """On a Kafka backend the cluster's group coordinator runs the groups: memberships are not
+    per worker; Liftbridge's flags still are."""
+    from gateway.config import load_config
+    from gateway.workers import per_process_state
+
+    path = tmp_path / "gw.toml"
+    backend = {"type": "kafka", "bootstrap": "127.0.0.1:9"}
+    cfg = make_config(
+        tmp_path, {"cursus": {}, "iggy": {}, "liftbridge": {}}, backends={"k": backend}
+    )
+    path.write_text(write_toml(cfg))
+    assert [line.split(":")[0] for line in per_process_state(load_config(path))] == ["liftbridge"]

@@ -29,7 +29,11 @@ Mapping
 - **Committed offsets** (key-value namespace ``offsets``, key ``group\\x1ftopic\\x1fpartition``)
   are committed through Kafka's own group offsets (FindCoordinator + OffsetCommit v6 as a simple,
   generation -1 commit; read back with OffsetFetch v5), so Kafka consumers of the same group
-  see them, and mirrored into the key-value topic.
+  see them, and mirrored into the key-value topic. In a group this gateway is a member of, the
+  commit carries that membership's member id and generation.
+- **Consumer groups** (Cursus, Iggy, Liftbridge members) are the cluster's own groups, each
+  gateway one Kafka member of them (``groups.py``), so every gateway on the cluster sees one
+  group.
 - **The key-value store** (group state, topic settings, every other namespace) is the compacted
   topic ``kv_topic`` (default ``__gateway_kv``, one partition): key ``namespace \\0 key``, a null
   value deletes. Each key-value call first reads the topic to its end, so several gateway

@@ -26,13 +26,17 @@ from gateway.backends.base import (
 from gateway.backends.kafka.cluster import KafkaCluster, kafka_error, ms
 from gateway.backends.kafka.config import TOPIC_CONFIG_KEYS, KafkaConfig
 from gateway.backends.kafka.data import RecordStore
+from gateway.backends.kafka.groups import KafkaGroups
 from gateway.backends.kafka.kv import KafkaKV
 from gateway.model import (
     AppendResult,
     ErrorCode,
     GatewayError,
+    GroupDescription,
+    JoinGroupResult,
     PartitionInfo,
     RecordBatch,
+    SyncGroupResult,
     TopicInfo,
 )
 
@@ -46,6 +50,7 @@ class KafkaBackend(Backend):
         durable=True,
         notifies_appends=False,
         dense_offsets=False,  # transaction markers, aborted and compacted records
+        groups="backend",  # the cluster's group coordinator (groups.py)
     )
     type_name = "kafka"
 
@@ -54,7 +59,8 @@ class KafkaBackend(Backend):
         self.config = config
         self.cluster = KafkaCluster(name, config, self._negotiated)
         self.records = RecordStore(self.cluster)
-        self.kv = KafkaKV(self.cluster, self.records, self._create_topic)
+        self.groups = KafkaGroups(name, self.cluster)
+        self.kv = KafkaKV(self.cluster, self.records, self._create_topic, self.groups.membership)
 
     def _negotiated(self, ok: dict[int, bool]) -> None:
         # an instance attribute: what this broker can do
@@ -68,6 +74,7 @@ class KafkaBackend(Backend):
         await self.cluster.open(nursery)
 
     async def close(self) -> None:
+        await self.groups.close()
         await self.cluster.close()
 
     async def health(self) -> tuple[bool, str]:
@@ -251,6 +258,24 @@ class KafkaBackend(Backend):
 
     async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         return await self.kv.scan(namespace, prefix)
+
+    # ------------------------------------------------------------------ groups (the cluster's)
+    async def group_join(
+        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
+    ) -> JoinGroupResult:
+        return await self.groups.join(group, topics, member_id, session_timeout_ms)
+
+    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
+        return await self.groups.sync(group, member_id, generation)
+
+    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        await self.groups.heartbeat(group, member_id, generation)
+
+    async def group_leave(self, group: str, member_id: str) -> None:
+        await self.groups.leave(group, member_id)
+
+    async def group_describe(self, group: str) -> GroupDescription:
+        return await self.groups.describe(group)
 
 
 def _factory(name: str, options: Any, config: Any) -> Backend:

@@ -23,6 +23,9 @@ from gateway.model import ErrorCode, GatewayError, Record, now_us
 
 OFFSETS_NS = "offsets"
 
+Membership = Callable[[str], "tuple[str, int] | None"]
+"""(member id, generation) of this gateway in a cluster group, None when not a member."""
+
 
 class KafkaKV:
     """The key-value store on one cluster. ``create_topic(name, partitions, config,
@@ -33,8 +36,10 @@ class KafkaKV:
         cluster: KafkaCluster,
         data: RecordStore,
         create_topic: Callable[..., Awaitable[None]],
+        membership: Membership | None = None,
     ) -> None:
         self._cluster = cluster
+        self._membership = membership
         self._data = data
         self._create_topic = create_topic
         self._entries: dict[tuple[str, str], bytes] = {}
@@ -165,16 +170,21 @@ class KafkaKV:
         return node
 
     async def _offset_commit(self, key: str, value: bytes) -> None:
-        """Also commit through Kafka's group offsets: Kafka consumers of the group see it."""
+        """Also commit through Kafka's group offsets: Kafka consumers of the group see it. In a
+        group this gateway is a member of, as that member (Kafka refuses a plain commit to a
+        group with members)."""
         parsed = self._offset_key(key)
         if parsed is None or not (self._cluster.api_ok or {}).get(8):
             return
         group, topic, partition = parsed
         data = json.loads(value)
+        member_id, generation = "", -1
+        if self._membership is not None:
+            member_id, generation = self._membership(group) or ("", -1)
         request = oc_req.OffsetCommitRequest(
             group_id=group,
-            generation_id_or_member_epoch=i32(-1),
-            member_id="",
+            generation_id_or_member_epoch=i32(generation),
+            member_id=member_id,
             topics=(
                 oc_req.OffsetCommitRequestTopic(
                     name=topic,
