@@ -37,7 +37,6 @@ PAIRS = [(p, c) for p in CLIENTS for c in CLIENTS]
 LISTENERS = {name: {} for name in PROTOCOLS}
 # the Kafka listener shows other protocols' reserved ``_gw.*`` headers to today's Kafka clients
 # (a Liftbridge publish's correlation id): the other listeners leave them out. Direct path only.
-KNOWN_BROKEN = {("liftbridge", "kafka"): "the Kafka listener shows _gw.liftbridge.correlation_id"}
 
 
 def run(gateway: GatewayProcess, **kw: object) -> dict[tuple[str, str], PairResult]:
@@ -107,15 +106,12 @@ def chain_matrices(
 
 
 def pairs(through: str | None = None) -> list:
-    """PAIRS as parameters, the known-broken ones on the direct path expected to fail (strictly:
-    a fix shows). Through every upstream chain they pass: no upstream keeps reserved headers."""
+    """PAIRS as parameters, named by producer and consumer (and the upstream chain)."""
     out = []
     for p, c in PAIRS:
-        reason = None if through else KNOWN_BROKEN.get((p, c))
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
         prefix = [through] if through else []
         ident = f"via-{through}-{p}-to-{c}" if through else f"{p}-to-{c}"
-        out.append(pytest.param(*prefix, p, c, marks=marks, id=ident))
+        out.append(pytest.param(*prefix, p, c, id=ident))
     return out
 
 

@@ -22,7 +22,7 @@ from gateway.backends.kafka.records import (
     encode_batch,
 )
 from gateway.canonical import CANONICAL, peek_header
-from gateway.model import RecordBatch
+from gateway.model import RESERVED_HEADER_PREFIX, Record, RecordBatch
 from gateway.protocols.kafka.inflate import Corrupt, TooLarge, inflate
 from gateway.protocols.kafka.native import KAFKA_V2, at_offset
 
@@ -386,6 +386,21 @@ def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
     return ProducedBatch(batch, pid, pepoch, bseq)
 
 
+_RESERVED = RESERVED_HEADER_PREFIX.encode()
+
+
+def _for_kafka(r: Record) -> Record:
+    """A stored record as a Kafka client gets it: timestamp to the millisecond, no header of
+    another protocol's own fields."""
+    if r.timestamp_us > 0 and r.timestamp_us % 1000:
+        r = r._replace(timestamp_us=r.timestamp_us - r.timestamp_us % 1000)
+    if any(name.startswith(RESERVED_HEADER_PREFIX) for name, _ in r.headers):
+        r = r._replace(
+            headers=tuple(h for h in r.headers if not h[0].startswith(RESERVED_HEADER_PREFIX))
+        )
+    return r
+
+
 def fetch_records(
     batches: tuple[RecordBatch, ...] | list[RecordBatch], now_ms: int
 ) -> list[bytes | memoryview]:
@@ -404,15 +419,11 @@ def fetch_records(
             continue
         block = batch.encode(CANONICAL)
         _count, min_ts, max_ts = peek_header(block)
-        if min_ts % 1000 == 0 and max_ts % 1000 == 0:
+        # another protocol's own fields (``_gw.iggy.id``, ``_gw.cursus.seq``, ...) stay with it
+        reserved = _RESERVED in block
+        if not reserved and min_ts % 1000 == 0 and max_ts % 1000 == 0:
             data, _n = canonical_to_batch(block, now_ms, batch.first_offset)
         else:  # microseconds (another protocol's records): cut to the millisecond a client has
-            records = [
-                r._replace(timestamp_us=r.timestamp_us - r.timestamp_us % 1000)
-                if r.timestamp_us > 0
-                else r
-                for r in batch.records
-            ]
-            data = encode_batch(records, now_ms, batch.first_offset)
+            data = encode_batch([_for_kafka(r) for r in batch.records], now_ms, batch.first_offset)
         out.append(data)
     return out

@@ -69,6 +69,30 @@ def test_fetch_records_read_back_at_their_offsets() -> None:
     assert [r[:4] for r in got] == [r[:4] for r in RECORDS]
 
 
+@pytest.mark.parametrize("micros", [0, 250])
+def test_other_protocols_reserved_headers_stay_out_of_a_kafka_fetch(micros: int) -> None:
+    """A record another protocol stored with its own fields (``_gw.iggy.id``,
+    ``_gw.liftbridge.correlation_id``) reaches a Kafka client with its other headers only,
+    whether its timestamps are whole milliseconds or not."""
+    stored = [
+        Record(
+            b"k%d" % i,
+            b"v%d" % i,
+            (
+                ("_gw.iggy.id", b"\x01" * 16),
+                ("h", b"x%d" % i),
+                ("_gw.liftbridge.correlation_id", b"c"),
+            ),
+            (1_700_000_000_000 + i) * 1000 + micros,
+        )
+        for i in range(20)
+    ]
+    got = decode_batches(b"".join(fetch_records([RecordBatch(stored, base_offset=5)], 0)), 0)
+    assert [r.headers for r in got] == [(("h", b"x%d" % i),) for i in range(20)]
+    assert [r.timestamp_us for r in got] == [(1_700_000_000_000 + i) * 1000 for i in range(20)]
+    assert [r.offset for r in got] == list(range(5, 25))
+
+
 def test_too_large_batch_is_message_too_large() -> None:
     data = encode_batch(RECORDS, 0)
     with pytest.raises(InvalidBatch) as info:
