@@ -2,6 +2,7 @@
 #   `make run CONFIG=other.toml` another config, `make run PORT_OFFSET=10000` every port moved by N.
 # `make bench`: the benchmark report (bench/results/REPORT.md).
 # `make test`: install test dependencies and the servers/clients the tests drive, run the suite.
+# `make lint`: ruff (lint and format check) and mypy on gateway/ ([tool.mypy] in pyproject.toml).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -36,7 +37,7 @@ test: $(STAMP) deps
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 lint: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
@@ -58,4 +59,4 @@ soak: $(STAMP) deps
 	  $(BIN)/python -m pytest -q tests/reliability/test_soak.py tests/reliability/test_crash_safety.py
 
 clean:
-	rm -rf $(VENV) .test-venvs data .pytest_cache
+	rm -rf $(VENV) .test-venvs data .pytest_cache .mypy_cache

@@ -316,12 +316,15 @@ def rows_liftbridge(d: dict) -> list[Row]:
 
 
 def rows_matrix(d: dict) -> list[Row]:
-    """All 25 producer -> consumer pairs together, direct and through each upstream chain."""
+    """All producer -> consumer pairs together, direct and through each upstream chain."""
     rps = d.get("all_pairs_records_per_s", {})
     base = rps.get("direct")
-    gen = "in-repo codec clients"
+    gen = "in-repo codec clients" + (
+        ", confluent-kafka" if "kafka" in d["workload"].get("clients", ()) else ""
+    )
+    label = f"({d['workload']['pairs']} pairs)"
     return [
-        row("(25 pairs)", path, "produce + consume", v, base, 30, gen, "matrix")
+        row(label, path, "produce + consume", v, base, 30, gen, "matrix")
         for path, v in rps.items()
         if path != "direct"
     ]
@@ -697,7 +700,7 @@ def report(latest: dict, images: list[str]) -> str:
         "",
         "Baseline: the driver's in-process `Core.execute` run on the same backend type (no "
         "network, no codec), measured in the same run. For `backends` rows the baseline is "
-        "gateway -> embedded, for `embedded_log` rows the memory backend, for `(25 pairs)` rows "
+        "gateway -> embedded, for `embedded_log` rows the memory backend, for `(N pairs)` rows "
         "(bench/matrix.py: every producer -> consumer protocol pair, produce then consume, "
         "records/s over both) the direct path (one gateway) against the chain through an "
         "upstream of that protocol, for `(NATS client)` rows (bench/nats_bridge.py: JetStream "

@@ -73,7 +73,7 @@ TARGETS: list[Target] = [
             bound,
         )
         for backend in ("embedded", "memory")
-        for op, bound in (("produce", 150_000), ("fetch", 300_000))
+        for op, bound in (("produce", 150_000), ("fetch", 400_000))
     ),
     *(
         Target(

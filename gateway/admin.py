@@ -50,6 +50,7 @@ from gateway.canonical import (
     without_starts,
 )
 from gateway.core.groups import delete_group, describe_group, group_summaries, reset_offsets
+from gateway.core.view import CoreView
 from gateway.metrics_view import merged_status, scrape
 from gateway.model import (
     CreateTopic,
@@ -117,7 +118,7 @@ class AdminAccess:
     topic ACL lets the data API see it."""
 
     auth: AdminAuth
-    core: Any
+    core: CoreView
 
 
 def request_path(target: str) -> str:
@@ -291,7 +292,7 @@ def _int_param(query: dict[str, list[str]], name: str, default: int) -> int:
 
 
 async def route(
-    server: Any, method: str, target: str, body: bytes, core: Any = None
+    server: Any, method: str, target: str, body: bytes, core: CoreView | None = None
 ) -> tuple[int, str, bytes]:
     """(status, content type, body) for one request; the data routes use ``core`` (the core
     as the admin's topic ACL lets it be seen), by default the server's."""
@@ -410,15 +411,20 @@ def _valid_utf8_escapes(raw: str) -> bool:
     return True
 
 
-async def _reset_offsets(core: Any, group: str, req: dict[str, Any]) -> list[dict[str, Any]]:
+async def _reset_offsets(core: CoreView, group: str, req: dict[str, Any]) -> list[dict[str, Any]]:
     """POST /v1/groups/{group}/reset-offsets ``{"topic", "to", "partitions"?, "force"?}``."""
     topic, to = req.get("topic"), req.get("to")
     if not isinstance(topic, str):
         raise HttpError(400, "body needs a string 'topic'")
-    valid_text = isinstance(to, str) and (
-        to in ("earliest", "latest") or (to.startswith("timestamp:") and to[10:].isdigit())
-    )
-    if not (valid_text or (isinstance(to, int) and not isinstance(to, bool))):
+    if (
+        isinstance(to, bool)
+        or not isinstance(to, str | int)
+        or (
+            isinstance(to, str)
+            and to not in ("earliest", "latest")
+            and not (to.startswith("timestamp:") and to[10:].isdigit())
+        )
+    ):
         raise HttpError(400, "'to' is earliest, latest, an offset or timestamp:<us>")
     partitions = req.get("partitions")
     if partitions is not None and not (
@@ -463,7 +469,7 @@ def _fetch_block(batch: Any, starts: bool) -> bytes | memoryview:
 
 
 async def produce_binary(
-    core: Any, topic: str, partition: str | None, body: bytes
+    core: CoreView, topic: str, partition: str | None, body: bytes
 ) -> dict[str, Any]:
     """``POST .../records?format=binary[&partition=N]``: the body is one canonical batch
     (gateway/canonical.py, version 1 or 3), checked by one walk over its records (which also
@@ -512,7 +518,7 @@ def _json_body(body: bytes) -> dict[str, Any]:
     return obj
 
 
-async def _produce(core: Any, topic: str, req: dict[str, Any]) -> dict[str, Any]:
+async def _produce(core: CoreView, topic: str, req: dict[str, Any]) -> dict[str, Any]:
     records = req.get("records")
     if not isinstance(records, list) or not records:
         raise HttpError(400, "body needs a non-empty list 'records'")
@@ -523,7 +529,7 @@ async def _produce(core: Any, topic: str, req: dict[str, Any]) -> dict[str, Any]
             raise HttpError(400, "'partition' must be an integer")
         by_partition.setdefault(p, []).append(record_from_json(obj))
     await core.topic(topic, create=True)
-    appends = []
+    appends: list[dict[str, int]] = []
     for p, recs in by_partition.items():
         res = await core.execute(
             Produce(topic, RecordBatch(recs), partition=p, partitioning=Partitioning.KEY_HASH)

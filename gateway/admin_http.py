@@ -188,7 +188,7 @@ async def _linger(stream: trio.abc.Stream) -> None:
             return
 
 
-async def _handshake(tls: trio.SSLStream, timeout_s: float) -> bool:
+async def _handshake(tls: trio.SSLStream[trio.SocketStream], timeout_s: float) -> bool:
     """The TLS handshake within ``timeout_s``; whether the client presented a certificate the
     client CA verified (a presented one that does not verify fails the handshake)."""
     try:
@@ -255,7 +255,7 @@ async def _next_head(
                 listed = idle.pop(conn, None) is not None
             if data and waiting:
                 head_deadline = trio.current_time() + cfg.read_timeout_s
-            conn.receive_data(data)
+            conn.receive_data(bytes(data))  # bytes(): no copy when it is bytes already
             continue
         if waiting and not listed:
             raise Ended("evicted")  # the accept loop took it off the list for a new connection
@@ -268,7 +268,7 @@ async def _read_body(conn: h11.Connection, stream: trio.abc.Stream, cfg: Any) ->
         event = conn.next_event()
         if event is h11.NEED_DATA:
             with trio.move_on_after(cfg.read_timeout_s):
-                conn.receive_data(await stream.receive_some(RECEIVE_SIZE))
+                conn.receive_data(bytes(await stream.receive_some(RECEIVE_SIZE)))
                 continue
             PROTOCOL_ERRORS.labels(protocol=PROTOCOL, kind="read_timeout").inc()
             await _send_final(stream, conn, 408, "the request body did not arrive in time")

@@ -67,7 +67,7 @@ def table_bytes(starts: array[int]) -> bytes:
     return swapped.tobytes()
 
 
-def records_at(data: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
+def records_at(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int]:
     """(version, count, where the first record starts) of the block at ``pos`` of ``data``.
     Refuses an unknown version and a start table that does not fit in ``data``."""
     try:
@@ -99,7 +99,7 @@ def starts_of(block: bytes | memoryview) -> array[int] | None:
     return table
 
 
-def record_position(block: bytes | memoryview, index: int) -> int:
+def record_position(block: bytes | bytearray | memoryview, index: int) -> int:
     """Where record ``index`` of ``block`` starts (from the block's first byte): a table lookup
     in version 3, a walk over the records before it in version 1."""
     version, count, first = records_at(block)

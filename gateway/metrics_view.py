@@ -19,6 +19,7 @@ docs/decisions.md says why this and not prometheus-client's multiprocess mode.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -32,6 +33,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.core.view import CoreView
 from gateway.model import GatewayError
 from gateway.observability import BACKEND_UP, READY, REGISTRY, WRITES_STOPPED
 from gateway.status_view import status
@@ -105,7 +107,7 @@ async def refresh(server: Any) -> None:
     LAG.rows = await _lag_rows(server.core)
 
 
-async def _lag_rows(core: Any) -> list[tuple[str, str, int, int]]:
+async def _lag_rows(core: CoreView) -> list[tuple[str, str, int, int]]:
     """Every committed offset's lag, at most MAX_LAG_SERIES of them, within LAG_TIMEOUT_S (a
     backend that hangs must not hang the scrape: the rows found by then are shown)."""
     rows: list[tuple[str, str, int, int]] = []
@@ -178,7 +180,7 @@ async def serve_peers(
     sock.listen(16)
     listener = trio.SocketListener(sock)
     task_status.started()
-    await trio.serve_listeners(lambda s: _answer_peer(server, peers, s), [listener])
+    await trio.serve_listeners(functools.partial(_answer_peer, server, peers), [listener])
 
 
 async def _answer_peer(server: Any, peers: Peers, stream: trio.abc.Stream) -> None:
@@ -317,7 +319,7 @@ def merge(parts: Iterable[tuple[str, bool]]) -> bytes:
     )
     workers.add_metric([], live)
     out.append(workers)
-    return generate_latest(_Families(out))  # type: ignore[arg-type]
+    return generate_latest(_Families(out))
 
 
 async def merged_status(server: Any, local: dict[str, Any]) -> dict[str, Any]:

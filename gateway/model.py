@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 RESERVED_HEADER_PREFIX = "_gw."
 """Header names starting with this carry protocol-only fields (e.g. ``_gw.iggy.id``)."""
@@ -358,6 +358,28 @@ class PartitionInfo:
 # ------------------------------------------------------------------------------- commands
 
 
+R = TypeVar("R")
+"""A command's result type."""
+_C = TypeVar("_C", bound="Command[Any]")
+
+
+class Command(Generic[R]):
+    """A request to the core, generic in what it answers: ``Core.execute(Produce(...))`` is a
+    :class:`ProduceResult` to the type checker. Every command is a frozen, slotted dataclass;
+    this base adds no fields and no per-instance cost (empty ``__slots__``, no ``__init__``).
+    Results defined below the commands are named in quotes."""
+
+    __slots__ = ()
+
+    @classmethod
+    def handled_by(
+        cls: type[_C], handler: Callable[[_C], Awaitable[R]]
+    ) -> tuple[type[_C], Callable[[_C], Awaitable[R]]]:
+        """A row of a dispatch table (the core's): the type checker holds ``handler`` to this
+        command type and to its result type ``R``."""
+        return cls, handler
+
+
 class Acks(enum.IntEnum):
     NONE = 0
     LEADER = 1
@@ -365,24 +387,24 @@ class Acks(enum.IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class CreateTopic:
+class CreateTopic(Command[TopicInfo]):
     topic: str
     partitions: int | None = None  # None: the server's default_partitions
     config: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteTopic:
+class DeleteTopic(Command[None]):
     topic: str
 
 
 @dataclass(frozen=True, slots=True)
-class ListTopics:
+class ListTopics(Command[list[TopicInfo]]):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class DescribeTopic:
+class DescribeTopic(Command["TopicDescription"]):
     """Result: :class:`TopicDescription`. With ``create=True`` an unknown topic is created when
     the server's ``auto_create_topics`` is on (Kafka 0.8 Metadata semantics)."""
 
@@ -391,7 +413,7 @@ class DescribeTopic:
 
 
 @dataclass(frozen=True, slots=True)
-class CreatePartitions:
+class CreatePartitions(Command[TopicInfo]):
     """Add ``count`` partitions at the end."""
 
     topic: str
@@ -399,7 +421,7 @@ class CreatePartitions:
 
 
 @dataclass(frozen=True, slots=True)
-class DeletePartitions:
+class DeletePartitions(Command[TopicInfo]):
     """Remove the last ``count`` partitions."""
 
     topic: str
@@ -413,7 +435,7 @@ class Partitioning(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Produce:
+class Produce(Command["ProduceResult"]):
     """Append ``batch`` to ``topic``. With ``partition=None`` the records are spread by key hash
     (records without a key round-robin) or round-robin, per ``partitioning``. ``producer_id`` and
     ``sequence`` (the first record's sequence) enable idempotent de-duplication.
@@ -439,7 +461,7 @@ class Produce:
 
 
 @dataclass(frozen=True, slots=True)
-class Fetch:
+class Fetch(Command["FetchResult"]):
     """Read from ``offset``. At the log end, wait up to ``max_wait_ms`` for ``min_bytes``.
     ``max_bytes`` is a soft limit: at least one batch is returned when data exists. Returned
     batches are windows starting exactly at ``offset``."""
@@ -459,7 +481,7 @@ class OffsetSpec(enum.IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class ListOffsets:
+class ListOffsets(Command["ListOffsetsResult"]):
     """``timestamp_us`` is an :class:`OffsetSpec` value or a time: the first offset whose
     timestamp is >= it (the high watermark when none is)."""
 
@@ -469,7 +491,7 @@ class ListOffsets:
 
 
 @dataclass(frozen=True, slots=True)
-class CommitOffset:
+class CommitOffset(Command[None]):
     group: str
     topic: str
     partition: int
@@ -480,14 +502,14 @@ class CommitOffset:
 
 
 @dataclass(frozen=True, slots=True)
-class FetchOffset:
+class FetchOffset(Command["CommittedOffset"]):
     group: str
     topic: str
     partition: int
 
 
 @dataclass(frozen=True, slots=True)
-class JoinGroup:
+class JoinGroup(Command["JoinGroupResult"]):
     group: str
     topics: tuple[str, ...]
     member_id: str = ""  # empty: a new member
@@ -516,7 +538,7 @@ class JoinGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class SyncGroup:
+class SyncGroup(Command["SyncGroupResult"]):
     group: str
     member_id: str
     generation: int
@@ -527,7 +549,7 @@ class SyncGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(Command[None]):
     group: str
     member_id: str
     generation: int
@@ -535,7 +557,7 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaveGroup:
+class LeaveGroup(Command[None]):
     group: str
     member_id: str
     instance_id: str | None = None
@@ -543,40 +565,19 @@ class LeaveGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class DescribeGroup:
+class DescribeGroup(Command["GroupDescription"]):
     group: str
 
 
 @dataclass(frozen=True, slots=True)
-class Stats:
+class Stats(Command["StatsResult"]):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class Ping:
+class Ping(Command[float]):
     pass
 
-
-Command = (
-    CreateTopic
-    | DeleteTopic
-    | ListTopics
-    | DescribeTopic
-    | CreatePartitions
-    | DeletePartitions
-    | Produce
-    | Fetch
-    | ListOffsets
-    | CommitOffset
-    | FetchOffset
-    | JoinGroup
-    | SyncGroup
-    | Heartbeat
-    | LeaveGroup
-    | DescribeGroup
-    | Stats
-    | Ping
-)
 
 # -------------------------------------------------------------------------------- results
 

@@ -24,8 +24,9 @@ def addresses(host: str | None, port: int) -> list[tuple[int, str]]:
     )
     seen: list[tuple[int, str]] = []
     for family, _, _, _, addr in infos:
-        if (family, addr[0]) not in seen and family in (socket.AF_INET, socket.AF_INET6):
-            seen.append((family, addr[0]))
+        ip = str(addr[0])  # a str for the two families kept (typed str | int for all)
+        if (family, ip) not in seen and family in (socket.AF_INET, socket.AF_INET6):
+            seen.append((family, ip))
     return seen
 
 

@@ -213,12 +213,12 @@ class GuardedStream(trio.abc.Stream):
                 if not self._mid_request:
                     self._idle_wait = scope
                 try:
-                    data = await self.inner.receive_some(max_bytes)
+                    chunk = await self.inner.receive_some(max_bytes)
                 finally:
                     self._idle_wait = None
             if not scope.cancelled_caught:
-                self._note_received(data)
-                return bytes(data)
+                self._note_received(chunk)
+                return bytes(chunk)
             if self._timed_out(wait):
                 return b""
 
@@ -401,7 +401,7 @@ class PrefixedStream(trio.abc.Stream):
         self.inner = inner
         self._prefix = prefix
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
             n = len(self._prefix) if max_bytes is None else max_bytes
             data, self._prefix = self._prefix[:n], self._prefix[n:]

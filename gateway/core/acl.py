@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from gateway.core.groups import GroupCoordinator
+from gateway.core.router import Router
+from gateway.core.view import CoreView
 from gateway.model import (
+    Command,
     CommitOffset,
     CreatePartitions,
     CreateTopic,
@@ -34,8 +38,14 @@ from gateway.model import (
 )
 from gateway.observability import ACL_DENIED
 
+if TYPE_CHECKING:
+    from gateway.core.classic import ClassicGroups
+    from gateway.core.waiters import Waiters
+
 WRITE_COMMANDS = (Produce, CreateTopic, DeleteTopic, CreatePartitions, DeletePartitions)
 READ_COMMANDS = (Fetch, ListOffsets, DescribeTopic, CommitOffset, FetchOffset)
+
+R = TypeVar("R")
 
 
 def _matches(topic: str, patterns: tuple[str, ...]) -> bool:
@@ -63,7 +73,9 @@ class TopicAcl:
 class AclCore:
     """The core as one listener is allowed to see it."""
 
-    def __init__(self, core: Any, acl: TopicAcl, protocol: str, hide_denied: bool, log: Any):
+    def __init__(
+        self, core: CoreView, acl: TopicAcl, protocol: str, hide_denied: bool, log: Any
+    ) -> None:
         self._core = core
         self.acl = acl
         self.protocol = protocol
@@ -73,6 +85,22 @@ class AclCore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._core, name)
 
+    @property
+    def groups(self) -> GroupCoordinator:
+        return self._core.groups
+
+    @property
+    def classic(self) -> ClassicGroups:
+        return self._core.classic
+
+    @property
+    def router(self) -> Router:
+        return self._core.router
+
+    @property
+    def waiters(self) -> Waiters:
+        return self._core.waiters
+
     def _deny(self, operation: str, topic: str) -> GatewayError:
         ACL_DENIED.labels(protocol=self.protocol, operation=operation).inc()
         self._log.warning("acl_denied", protocol=self.protocol, operation=operation, topic=topic)
@@ -80,7 +108,7 @@ class AclCore:
             return GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {topic!r}")
         return GatewayError(ErrorCode.UNAUTHORIZED, f"{operation} of topic {topic!r} not allowed")
 
-    def check(self, command: Any) -> None:
+    def check(self, command: Command[Any]) -> None:
         if isinstance(command, WRITE_COMMANDS):
             if not self.acl.can_write(command.topic):
                 raise self._deny("write", command.topic)
@@ -92,11 +120,12 @@ class AclCore:
                 if not self.acl.can_read(topic):
                     raise self._deny("read", topic)
 
-    async def execute(self, command: Any) -> Any:
+    async def execute(self, command: Command[R]) -> R:
         self.check(command)
         result = await self._core.execute(command)
         if isinstance(command, ListTopics):
-            return [t for t in result if self._visible(t)]
+            # R is list[TopicInfo] here: the checker does not narrow R with the command
+            return cast(R, [t for t in cast(list[TopicInfo], result) if self._visible(t)])
         return result
 
     def _visible(self, info: TopicInfo) -> bool:

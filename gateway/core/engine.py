@@ -8,12 +8,13 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 import trio
 
 from gateway.backends.base import Backend
+from gateway.core.backend_groups import BackendGroupCoordinator
 from gateway.core.classic import ClassicGroups
 from gateway.core.group_store import SharedGroupCoordinator
 from gateway.core.groups import GroupCoordinator
@@ -25,6 +26,7 @@ from gateway.core.waiters import Waiters
 from gateway.fdlimit import default_partition_cap
 from gateway.model import (
     AppendResult,
+    Command,
     CommitOffset,
     CommittedOffset,
     CreatePartitions,
@@ -60,6 +62,11 @@ from gateway.model import (
 from gateway.observability import BACKEND_ERRORS, BACKEND_LATENCY, labelled, limit_hit, snake_case
 
 log = structlog.get_logger("gateway.core")
+
+R = TypeVar("R")
+_Handler = Callable[[Any], Awaitable[Any]]
+"""A row of the handler table; ``Command.handled_by`` checked the row when the table was built,
+so ``execute`` returns its result as the command's ``R`` with no cast on the hot path."""
 
 
 class CreationRate:
@@ -115,7 +122,18 @@ class Core:
         self.router = Router(backends, routes)
         self.waiters = Waiters()
         self.groups: GroupCoordinator
-        if self.router.default_backend.capabilities.shared_groups:
+        default_groups = self.router.default_backend.capabilities.groups
+        if default_groups == "backend":
+            # the backend's server runs the groups (an upstream broker): every gateway on it
+            # sees the broker's one group
+            self.groups = BackendGroupCoordinator(
+                self.router.backend_for,
+                self.router.default_backend,
+                lambda: self.router.backends.values(),
+                default_protocol=group_assignment,
+                max_members=max_group_members,
+            )
+        elif self.router.default_backend.capabilities.shared_groups:
             # several gateways on this backend: one group, kept in the backend
             self.groups = SharedGroupCoordinator(
                 self.router.backend_for,
@@ -134,38 +152,42 @@ class Core:
                 max_members=max_group_members,
             )
         self.classic = ClassicGroups(self.groups, max_kafka_groups)  # Kafka's groups
+        self._groups_refused: set[str] = set()  # backends whose refusal was logged
         self.producers = ProducerRegistry(max_producer_states)
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
         self._round_robin = itertools.count()
         for backend in backends.values():
             backend.append_listener = self.waiters.notify
-        self._handlers: dict[type, Callable[[Any], Awaitable[Any]]] = {
-            CreateTopic: self._create_topic,
-            DeleteTopic: self._delete_topic,
-            ListTopics: self._list_topics,
-            DescribeTopic: self._describe_topic,
-            CreatePartitions: self._create_partitions,
-            DeletePartitions: self._delete_partitions,
-            Produce: self.produce,
-            Fetch: self.fetch,
-            ListOffsets: self._list_offsets,
-            CommitOffset: self._commit,
-            FetchOffset: self._fetch_offset,
-            JoinGroup: self._join,
-            SyncGroup: self._sync,
-            Heartbeat: self._heartbeat,
-            LeaveGroup: self._leave,
-            DescribeGroup: self._describe_group,
-            Stats: self._stats,
-            Ping: self._ping,
-        }
+        self._handlers: dict[type[Command[Any]], _Handler] = dict(
+            [
+                CreateTopic.handled_by(self._create_topic),
+                DeleteTopic.handled_by(self._delete_topic),
+                ListTopics.handled_by(self._list_topics),
+                DescribeTopic.handled_by(self._describe_topic),
+                CreatePartitions.handled_by(self._create_partitions),
+                DeletePartitions.handled_by(self._delete_partitions),
+                Produce.handled_by(self.produce),
+                Fetch.handled_by(self.fetch),
+                ListOffsets.handled_by(self._list_offsets),
+                CommitOffset.handled_by(self._commit),
+                FetchOffset.handled_by(self._fetch_offset),
+                JoinGroup.handled_by(self._join),
+                SyncGroup.handled_by(self._sync),
+                Heartbeat.handled_by(self._heartbeat),
+                LeaveGroup.handled_by(self._leave),
+                DescribeGroup.handled_by(self._describe_group),
+                Stats.handled_by(self._stats),
+                Ping.handled_by(self._ping),
+            ]
+        )
 
     @property
     def backends(self) -> dict[str, Backend]:
         return self.router.backends
 
-    async def execute(self, command: Any) -> Any:
+    async def execute(self, command: Command[R]) -> R:
+        """Run ``command`` on its routed backend: its result, or a GatewayError."""
         handler = self._handlers.get(type(command))
         if handler is None:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"unknown command {command!r}")
@@ -260,8 +282,8 @@ class Core:
         await self._check_limits(True, self.default_partitions, self.default_partitions)
         try:
             return await backend.create_topic(name, self.default_partitions)
-        except GatewayError as exc:
-            if exc.code is ErrorCode.TOPIC_EXISTS:  # created concurrently
+        except GatewayError as err:
+            if err.code is ErrorCode.TOPIC_EXISTS:  # created concurrently
                 return await backend.topic(name)
             raise
         finally:
@@ -420,7 +442,24 @@ class Core:
     async def _fetch_offset(self, cmd: FetchOffset) -> CommittedOffset:
         return await self.groups.fetch(cmd.group, cmd.topic, cmd.partition)
 
+    def _check_groups_allowed(self, cmd: JoinGroup) -> None:
+        """Refuse membership on a backend with ``groups = "none"`` (an upstream broker without
+        consumer groups: gateways on it could not share one group)."""
+        backends = [self.router.backend_for(t) for t in cmd.topics] or [self.router.default_backend]
+        for backend in backends:
+            if backend.capabilities.groups != "none":
+                continue
+            if backend.name not in self._groups_refused:  # one line per backend, not per join
+                self._groups_refused.add(backend.name)
+                log.warning("group_join_refused", backend=backend.name, group=cmd.group)
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED,
+                f"backend {backend.name!r} has no consumer groups its gateways could share "
+                f"(group {cmd.group!r}); read partitions by number and commit offsets instead",
+            )
+
     async def _join(self, cmd: JoinGroup) -> Any:
+        self._check_groups_allowed(cmd)
         if cmd.protocols:
             return await self.classic.join(cmd)
         if self.classic.get(cmd.group) is not None:

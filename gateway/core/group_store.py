@@ -317,7 +317,7 @@ class SharedGroupCoordinator(GroupCoordinator):
     async def _save(self, group: Group) -> None:  # the entry is the state; nothing to mirror
         return None
 
-    async def stored(self, name: str) -> dict | None:
+    async def stored(self, name: str) -> dict[str, Any] | None:
         raw, _ = await self._default.kv_get_revision(GROUPS_NS, name)
         return None if raw is None else json.loads(raw)
 

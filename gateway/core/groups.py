@@ -32,6 +32,7 @@ import structlog
 import trio
 
 from gateway.backends.base import Backend
+from gateway.core.view import CoreView
 from gateway.model import (
     CommitOffset,
     CommittedOffset,
@@ -216,7 +217,7 @@ class GroupCoordinator:
         names.update(k.split("\x1f")[0] for k, _ in await self._scan(OFFSETS_NS))
         return sorted(names)
 
-    async def stored(self, name: str) -> dict | None:
+    async def stored(self, name: str) -> dict[str, Any] | None:
         """The snapshot of ``name`` last written by any gateway on the default backend."""
         try:
             raw = await self._default.kv_get(GROUPS_NS, name)
@@ -469,7 +470,7 @@ class GroupCoordinator:
 # What ``gateway groups`` and the admin API's /v1/groups show and do, on a Core.
 
 
-async def group_summaries(core: Any) -> list[dict[str, Any]]:
+async def group_summaries(core: CoreView) -> list[dict[str, Any]]:
     """One line per known group: name, state, generation, member count."""
     out = []
     for name in await core.groups.known_groups():
@@ -486,7 +487,7 @@ async def group_summaries(core: Any) -> list[dict[str, Any]]:
     return out
 
 
-async def describe_group(core: Any, name: str, offsets: bool = True) -> dict[str, Any]:
+async def describe_group(core: CoreView, name: str, offsets: bool = True) -> dict[str, Any]:
     """Members and assignment (this gateway's live view, else the stored snapshot) and, with
     ``offsets``, every committed offset with the partition's high watermark and the lag."""
     await core.execute(DescribeGroup(name))  # applies session timeouts
@@ -548,7 +549,7 @@ async def describe_group(core: Any, name: str, offsets: bool = True) -> dict[str
     return result
 
 
-async def delete_group(core: Any, name: str) -> dict[str, Any]:
+async def delete_group(core: CoreView, name: str) -> dict[str, Any]:
     """Forget the group ``name`` (snapshot and committed offsets); refused while it has live
     members on this gateway."""
     coord: GroupCoordinator = core.groups
@@ -564,7 +565,7 @@ async def delete_group(core: Any, name: str) -> dict[str, Any]:
 
 
 async def reset_offsets(
-    core: Any,
+    core: CoreView,
     name: str,
     topic: str,
     to: str | int,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway.model import CreateTopic, ErrorCode, GatewayError, Produce
+from gateway.model import Command, CreateTopic, ErrorCode, GatewayError, Produce
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -50,7 +50,7 @@ def check_group(name: object) -> None:
         raise GatewayError(ErrorCode.INVALID_REQUEST, f"invalid group name {name!r}: {problem}")
 
 
-def check_command(command: Any) -> None:
+def check_command(command: Command[Any]) -> None:
     """Every topic and group ``command`` names (its ``topic``, ``topics`` and ``group``)."""
     group = getattr(command, "group", None)
     if group is not None:

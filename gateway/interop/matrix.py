@@ -16,10 +16,17 @@ from typing import Any
 
 import trio
 
-from gateway.interop.drivers import DRIVERS, PROTOCOLS, Driver
+from gateway.backends.base import Backend
+from gateway.interop.drivers import CLIENTS, DRIVERS, LISTENER, Driver
 from gateway.model import Record, now_us
 
-CREATE_ORDER = ("cursus", "tank", "liftbridge", "kafka08")
+CREATE_ORDER = ("cursus", "tank", "liftbridge", "kafka08", "kafka")
+
+
+def client_addresses(listeners: Mapping[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
+    """{matrix client: address} from {listener name: address}: every client whose listener is
+    there (``kafka`` and ``kafka08`` share the Kafka listener)."""
+    return {c: listeners[LISTENER[c]] for c in CLIENTS if LISTENER[c] in listeners}
 
 
 @dataclass
@@ -64,7 +71,7 @@ def upstream_fields(protocol: str) -> frozenset[str]:
     caps = next(
         v.capabilities
         for v in vars(module).values()
-        if isinstance(v, type) and getattr(v, "protocol", "") == protocol
+        if isinstance(v, type) and issubclass(v, Backend) and getattr(v, "protocol", "") == protocol
     )
     found = {"value"}
     found |= {"key"} if caps.keys else set()
@@ -169,14 +176,15 @@ async def run_matrix(
     through: str | None = None,
     create_at: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[PairResult]:
-    """Every ordered pair of ``protocols`` (default: those in ``addresses``), in order, each on
+    """Every ordered pair of ``protocols`` (matrix clients, ``CLIENTS``; default: those in
+    ``addresses``, keyed by client name: see ``client_addresses``), in order, each on
     a topic of its own (``prefix`` + ``producer-to-consumer``, one partition).
 
     ``through``: the gateway's backend is an upstream of that protocol (a chain): the fields
     compared are those the upstream keeps too. ``create_at``: listeners where the topics are
     made (the upstream server's, for an upstream that cannot create topics); default the
     gateway's own."""
-    names = [p for p in (protocols or PROTOCOLS) if p in addresses]
+    names = [p for p in (protocols or CLIENTS) if p in addresses]
     prefix = prefix if prefix is not None else f"matrix-{int(time.time() * 1000) % 10**9}-"
     options = options or {}
     drivers: dict[str, Driver] = {}
@@ -193,12 +201,12 @@ async def run_matrix(
                 continue
             drivers[name] = driver
         where = create_at or addresses
-        name = next((n for n in CREATE_ORDER if n in where), None)
-        if name is None:
-            raise ValueError("the matrix needs a Cursus, TANK, Liftbridge or Kafka 0.8 listener")
-        creator = DRIVERS[name](*where[name], **dict(options.get(name, {})))
+        first = next((n for n in CREATE_ORDER if n in where), None)
+        if first is None:
+            raise ValueError("the matrix needs a Cursus, TANK, Liftbridge or Kafka listener")
+        creator = DRIVERS[first](*where[first], **dict(options.get(first, {})))
         await creator.open()
-        drivers[f"creator:{name}"] = creator
+        drivers[f"creator:{first}"] = creator
         results = []
         for p in names:
             for c in names:
@@ -266,7 +274,7 @@ def format_table(results: Sequence[PairResult], markdown: bool = False) -> str:
         f"{passed}/{len(results)} pairs passed, {results[0].records if results else 0} "
         "records each (records/s: produce and consume, end to end)"
     )
-    fields_line = {}
+    fields_line: dict[str, list[str]] = {}
     for r in results:
         fields_line.setdefault(", ".join(r.checked), []).append(f"{r.producer}->{r.consumer}")
     lines.append("")

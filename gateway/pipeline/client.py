@@ -23,7 +23,7 @@ import http.client
 import json
 import struct
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 from urllib.parse import quote
 
 from gateway.admin_auth import client_token
@@ -289,12 +289,12 @@ class GatewayClient:
         status, _, data = self._raw(
             "POST", path, CANONICAL.encode(records, starts=False), "application/octet-stream"
         )
-        obj = json.loads(data) if data else None
         if status >= 400:
             self._raise_for(status, data)
+        obj = json.loads(data)
         return sum(a["last_offset"] - a["base_offset"] + 1 for a in obj["appends"])
 
-    def _raise_for(self, status: int, data: bytes) -> None:
+    def _raise_for(self, status: int, data: bytes) -> NoReturn:
         try:
             obj = json.loads(data)
             message = obj.get("error") if isinstance(obj, dict) else str(obj)

@@ -145,7 +145,7 @@ def _mismatch(base: int, record: int) -> str:
 
 
 class _Fields:
-    """Where every field of the records at ``pos`` is, gathered with numpy."""
+    """Where every field of the records at ``pos`` is, gathered with numpy (arrays)."""
 
     __slots__ = (
         "heads",
@@ -161,6 +161,19 @@ class _Fields:
         "hvlen",
         "ends",
     )
+
+    heads: Any
+    klen: Any
+    vlen: Any
+    kstart: Any
+    vstart: Any
+    vend: Any
+    nh: Any
+    list_offsets: Any
+    hstart: Any
+    hnlen: Any
+    hvlen: Any
+    ends: Any
 
 
 def _fields(raw: Any, pos: Any) -> _Fields:
@@ -242,7 +255,7 @@ def _cut(buf: Any, bounds: tuple[Any, ...], valid: tuple[Any, ...], n: int) -> l
     stride = len(bounds)
     # Element i*stride+k is field k of item i; the last one of an item, from its last field's
     # end to the next item's start, is the gap in between, never taken.
-    offsets = np.empty(n * stride, dtype=np.int64)
+    offsets: Any = np.empty(n * stride, dtype=np.int64)
     for k, b in enumerate(bounds):
         offsets[k::stride] = b
     big = len(buf) >= 2**31

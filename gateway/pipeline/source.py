@@ -301,7 +301,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.opts.partitions is None or po.partition in self.opts.partitions
         }
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         highs = self._highs()
         by_time = None
         if self.opts.starting_timestamp_us is not None:
@@ -325,7 +325,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         if self._target is not None:
             highs = {p: hw for p, hw in self._target.items()}
         else:
@@ -337,10 +337,10 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = cap_offsets(start, end, limit.max_rows)
         return end
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return {p: hw for p, (_, hw) in self._highs().items()}
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         ranges = [(int(p), int(start.get(p, 0)), int(e)) for p, e in end.items() if int(e) > 0]
         pieces = split_ranges(ranges, self.opts.max_records_per_split, self.opts.min_partitions)
         return [OffsetRange(self.opts.topic, p, s, e) for p, s, e in pieces]
@@ -350,14 +350,14 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         freeze_worker_gc()
         yield from read_range(self.opts, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, which makes restarts exact."""
 
     def stop(self) -> None:
         pass
 
 
-def cap_offsets(start: dict, end: dict, max_rows: int) -> dict:
+def cap_offsets(start: dict[str, Any], end: dict[str, Any], max_rows: int) -> dict[str, Any]:
     """Limit the records between ``start`` and ``end`` to ``max_rows``, shared fairly between
     partitions (each gets an equal share; what one cannot use goes to the others)."""
     avail = {p: int(e) - int(start.get(p, 0)) for p, e in end.items()}
@@ -394,12 +394,12 @@ def _as_bytes(values: list[Any]) -> list[bytes | None]:
 
 
 def _headers(values: list[Any]) -> list[tuple[tuple[str, bytes], ...]]:
-    out = []
+    out: list[tuple[tuple[str, bytes], ...]] = []
     for h in values:
         if not h:
             out.append(())
             continue
-        pairs = []
+        pairs: list[tuple[str, bytes]] = []
         for item in h:
             if isinstance(item, dict):
                 k, v = item.get("key"), item.get("value")

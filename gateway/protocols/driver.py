@@ -4,10 +4,11 @@ answers).
 
 What a protocol implements: a session object (see :class:`Session`) with
 
-- ``conn``: its sans-IO codec's framing, with ``receive_data(bytes)``, ``next_request()`` (the
+- ``framing``: its sans-IO codec's framing, with ``receive_data(bytes)``, ``next_request()`` (the
   next whole decoded request, None while more bytes are needed; raises
   :class:`~gateway.protocols.errors.RemoteProtocolError` for bytes that are not the protocol)
-  and ``buffered`` (bytes received and not yet part of a returned request). The codecs cut their
+  and ``buffered`` (bytes received and not yet part of a returned request, 0 when no request
+  is partly read). The codecs cut their
   frames from the shared :class:`~gateway.protocols.buffer.ReceiveBuffer`.
 - ``receive_bytes``: how much one read asks the stream for.
 - ``async handle(request, io)``: answer one request, in order, through ``io``
@@ -19,14 +20,19 @@ What a protocol implements: a session object (see :class:`Session`) with
   ``io.start_soon``; they send through the same ``io`` (sends are serialised), and a task that
   fails ends the connection with ``io.fail(exc)``.
 - optional hooks, each a no-op when absent: ``async start(io)`` before the first read (TANK's
-  greeting); ``drain()`` when the gateway starts draining (wake what waits long: a long poll, a
-  stream); ``async settle(io)`` before the connection's last flush, while the peer may still read
-  (wait for answers still being made); ``async closing(exc, io)`` for a
-  RemoteProtocolError (send the protocol's error answer, e.g. an HTTP/2 GOAWAY);
-  ``async close()`` at the very end, shielded from cancellation (release what the session holds).
+  greeting, Liftbridge's writer task); ``drain(io)`` once, when the gateway starts draining (wake
+  what waits long: a long poll, a stream); ``async settle(io)`` before the connection's last
+  flush, while the peer may still read (wait for answers still being made; ``io.stop()`` ends
+  the tasks that never end by themselves); ``async closing(exc, io)`` for a RemoteProtocolError
+  (send the protocol's error answer, e.g. an HTTP/2 GOAWAY); ``async close()`` at the very end,
+  shielded from cancellation (release what the session holds).
+- optional ``multiplexed = True`` (HTTP/2): many calls share the byte stream, so a read holds
+  no request boundary. On drain the driver keeps reading until the server's stream ends (calls
+  in progress still receive) instead of reading no request after the one in hand, and it never
+  moves the read timeout's start with ``request_done``.
 
 What :func:`drive` does, in order: ``start``; then reads (``receive_bytes`` at a time), feeds
-``conn``, and hands every whole request to ``handle`` until the peer closes, a handler returns
+``framing``, and hands every whole request to ``handle`` until the peer closes, a handler returns
 False, a RemoteProtocolError arrives, or the gateway drains. Between reads it flushes queued
 answers and tells the server's stream whether a request is partly read
 (``between_requests`` / ``request_done``: the idle timeout applies between requests, the read
@@ -50,6 +56,7 @@ import trio
 
 from gateway.observability import BYTES_IN, BYTES_OUT, labelled, limit_hit, protocol_error
 from gateway.protocols.answers import send_pieces
+from gateway.protocols.buffer import Buffer
 from gateway.protocols.errors import RemoteProtocolError
 
 if TYPE_CHECKING:
@@ -64,7 +71,7 @@ class Framing(Protocol):
     @property
     def buffered(self) -> int: ...
 
-    def receive_data(self, data: bytes) -> None: ...
+    def receive_data(self, data: bytes | bytearray) -> None: ...
 
     def next_request(self) -> Any: ...
 
@@ -72,8 +79,11 @@ class Framing(Protocol):
 class Session(Protocol):
     """What a protocol gives the driver for one connection (see the module docstring)."""
 
-    conn: Framing
-    receive_bytes: int
+    @property
+    def framing(self) -> Framing: ...
+
+    @property
+    def receive_bytes(self) -> int: ...
 
     async def handle(self, request: Any, io: Connection) -> bool | None: ...
 
@@ -91,6 +101,7 @@ class Connection:
         "draining",
         "_nursery",
         "_send_lock",
+        "_tasks",
         "_bytes_out",
     )
 
@@ -99,15 +110,16 @@ class Connection:
         self.ctx = ctx
         self.protocol = protocol
         self.log = ctx.log
-        self.out: list[bytes] = []
+        self.out: list[Buffer] = []
         self.failure: BaseException | None = None
         self.draining = False
         self._nursery: trio.Nursery | None = None
         self._send_lock = trio.Lock()
+        self._tasks = 0  # tasks started with start_soon and still running
         self._bytes_out = labelled(BYTES_OUT, protocol)
 
     # ------------------------------------------------------------------ output
-    def answer(self, data: bytes) -> None:
+    def answer(self, data: Buffer) -> None:
         """Queue ``data``: it goes out with the next flush, after what was queued before."""
         self.out.append(data)
 
@@ -118,7 +130,7 @@ class Connection:
             out.clear()
             await self._send(data)
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: Buffer) -> None:
         """Write queued answers and ``data`` now."""
         if self.out:
             self.out.append(data)
@@ -126,7 +138,13 @@ class Connection:
         else:
             await self._send(data)
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, data: Buffer) -> None:
+        if not self._tasks:
+            # only the reading task sends (it started no task that is still running): no lock
+            # (a lock per answer costs a few us of an in-order request)
+            await self.stream.send_all(data)
+            self._bytes_out.inc(len(data))
+            return
         lock = self._send_lock
         try:
             lock.acquire_nowait()  # no schedule point when nobody else is sending (the usual)
@@ -153,9 +171,32 @@ class Connection:
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``fn(*args)`` beside the reading: it may outlive the request (a parked consume,
         a pipelined produce, a call). It is waited for on drain, cancelled when the peer is
-        gone or the connection failed."""
+        gone or the connection failed; if it raises, the connection fails with that."""
         assert self._nursery is not None
-        self._nursery.start_soon(fn, *args)
+        self._nursery.start_soon(self._task, fn, args)
+
+    async def _task(self, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+        self._tasks += 1
+        try:
+            await fn(*args)
+        except Exception as exc:
+            self.fail(exc)
+        finally:
+            self._tasks -= 1
+
+    def stop(self) -> None:
+        """End the connection's tasks now, nothing having failed (a session whose service
+        tasks, a writer say, never end by themselves, once its answers are out)."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def begin_drain(self, session: Session) -> None:
+        """Once: mark the connection draining and call the session's ``drain`` hook."""
+        if not self.draining:
+            self.draining = True
+            drain = getattr(session, "drain", None)
+            if drain is not None:
+                drain(self)
 
     def fail(self, exc: BaseException) -> None:
         """End the connection now because of ``exc`` (the first failure wins; the driver
@@ -171,7 +212,7 @@ class Connection:
         return self._nursery
 
 
-async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Any) -> None:
+async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Session) -> None:
     """Serve one connection with ``session`` until it ends (see the module docstring)."""
     io = Connection(stream, ctx, ctx.protocol)
     try:
@@ -186,7 +227,7 @@ async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Any) -
             except Exception as exc:
                 io.fail(exc)
             watcher.cancel()
-            if io.failure is not None or not io.draining:
+            if io.failure is not None or not ctx.shutdown.is_set():
                 # the peer is gone, sent garbage or timed out: nobody is left to answer
                 nursery.cancel_scope.cancel()
     finally:
@@ -198,17 +239,14 @@ async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Any) -
         raise io.failure  # bare, not in an exception group: the server names the reason
 
 
-async def _watch_shutdown(io: Connection, session: Any, scope: trio.CancelScope) -> None:
+async def _watch_shutdown(io: Connection, session: Session, scope: trio.CancelScope) -> None:
     with scope:
         await io.ctx.shutdown.wait()
-        io.draining = True
-        drain = getattr(session, "drain", None)
-        if drain is not None:
-            drain()
+        io.begin_drain(session)
 
 
-async def _serve(io: Connection, session: Any) -> None:
-    conn = session.conn
+async def _serve(io: Connection, session: Session) -> None:
+    conn = session.framing
     stream = io.stream
     ctx = io.ctx
     shutdown = ctx.shutdown
@@ -217,6 +255,10 @@ async def _serve(io: Connection, session: Any) -> None:
     between_requests = getattr(stream, "between_requests", None)
     request_done = getattr(stream, "request_done", None)
     bytes_in = labelled(BYTES_IN, io.protocol)
+    multiplexed = getattr(session, "multiplexed", False)
+    stop_on_drain = not multiplexed
+    if multiplexed:
+        request_done = None
     start = getattr(session, "start", None)
     if start is not None:
         await start(io)
@@ -228,11 +270,11 @@ async def _serve(io: Connection, session: Any) -> None:
                 if await handle(request, io) is False:
                     await _settle(io, session)
                     return
-                if shutdown.is_set():  # finish the request in hand, start no new one
+                if stop_on_drain and shutdown.is_set():  # finish the request in hand only
                     break
             if io.out:
                 await io.flush()
-            if shutdown.is_set():
+            if stop_on_drain and shutdown.is_set():
                 await _settle(io, session)
                 return
             if not conn.buffered:
@@ -265,7 +307,9 @@ async def _serve(io: Connection, session: Any) -> None:
         await io.flush()
 
 
-async def _settle(io: Connection, session: Any) -> None:
+async def _settle(io: Connection, session: Session) -> None:
+    if io.ctx.shutdown.is_set():
+        io.begin_drain(session)  # the watcher may not have run yet
     settle = getattr(session, "settle", None)
     if settle is not None:
         await settle(io)

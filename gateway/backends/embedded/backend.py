@@ -290,7 +290,9 @@ class EmbeddedBackend(Backend):
             retention_ms=values["retention_ms"],
         )
 
-    def _open_log(self, topic: str, partition: int, settings: LogSettings, clean: bool) -> Any:
+    def _open_log(
+        self, topic: str, partition: int, settings: LogSettings, clean: bool
+    ) -> PartitionLog:
         return PartitionLog.open(
             topic,
             partition,
@@ -320,10 +322,10 @@ class EmbeddedBackend(Backend):
             settings = self._settings(config)
             topic_dir = self.topics_dir / name
             topic_dir.mkdir(exist_ok=True)
-            for p in topic_dir.iterdir():
-                if not (p.name.isdigit() and int(p.name) < partitions):
-                    log.warning("embedded.recovery.orphan_removed", topic=name, partition=p.name)
-                    shutil.rmtree(p, ignore_errors=True)
+            for path in topic_dir.iterdir():
+                if not (path.name.isdigit() and int(path.name) < partitions):
+                    log.warning("embedded.recovery.orphan_removed", topic=name, partition=path.name)
+                    shutil.rmtree(path, ignore_errors=True)
             logs: list[PartitionLog] = []
             self._topics[name] = _Topic(TopicInfo(name, partitions, config), settings, logs)
             for p in range(partitions):  # appended one by one: _close_files sees each opened

@@ -74,7 +74,7 @@ class PartitionLog:
         partition: int,
         directory: Path,
         settings: LogSettings,
-        mark_dirty: Callable[[Any], None],
+        mark_dirty: Callable[[Any], object],
         files: SegmentFiles | None = None,
     ) -> None:
         self.topic = topic
@@ -99,7 +99,7 @@ class PartitionLog:
         partition: int,
         directory: Path,
         settings: LogSettings,
-        mark_dirty: Callable[[Any], None],
+        mark_dirty: Callable[[Any], object],
         clean: bool,
         repair: bool = False,
         files: SegmentFiles | None = None,

@@ -22,6 +22,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 from crc32c import crc32c
@@ -126,7 +127,8 @@ class TopicTable:
         return doc
 
     @staticmethod
-    def _apply(entries: dict[str, Entry], doc: dict[str, object]) -> None:
+    def _apply(entries: dict[str, Entry], doc: dict[str, Any]) -> None:
+        """Apply one parsed line; a wrong shape raises KeyError, TypeError or ValueError."""
         name = doc["topic"]
         if not isinstance(name, str):
             raise TypeError("topic")
@@ -135,8 +137,8 @@ class TopicTable:
         else:
             config = doc.get("config") or []
             entries[name] = (
-                int(doc["partitions"]),  # type: ignore[call-overload]
-                tuple((str(k), str(v)) for k, v in config),  # type: ignore[union-attr]
+                int(doc["partitions"]),
+                tuple((str(k), str(v)) for k, v in config),
             )
 
     # ------------------------------------------------------------------ changes

@@ -140,7 +140,7 @@ class NatsBackend(Backend):
         )
 
     # ------------------------------------------------------------------ JetStream API
-    async def _api(self, subject: str, body: dict | None = None) -> dict:
+    async def _api(self, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else b""
         reply = await self.client.request(subject, payload)
         if reply.status == STATUS_NO_RESPONDERS:
@@ -149,7 +149,7 @@ class NatsBackend(Backend):
         return data
 
     @staticmethod
-    def _raise_js(err: dict, what: str) -> None:
+    def _raise_js(err: dict[str, Any], what: str) -> None:
         code = err.get("err_code")
         if code in JS_NOT_ENABLED or err.get("code") == 503:
             raise unavailable(f"{what}: JetStream unavailable: {err.get('description')}")
@@ -157,7 +157,7 @@ class NatsBackend(Backend):
 
     def _stream_config(
         self, topic: str, partition: int, incarnation: str, config: dict[str, str]
-    ) -> dict:
+    ) -> dict[str, Any]:
         cfg: dict[str, Any] = {
             "name": self.stream_name(topic, partition, incarnation),
             "subjects": [self.subject(topic, partition)],
@@ -336,15 +336,15 @@ class NatsBackend(Backend):
             fresh = trio.current_time() - at < self.config.topic_cache_ms / 1000
             if fresh and (partition is None or 0 <= partition < info.partitions):
                 return info
-        info, _, _ = await self._load_topic(name)
-        if info is None:
+        loaded, _, _ = await self._load_topic(name)
+        if loaded is None:
             raise GatewayError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
-        if partition is not None and not 0 <= partition < info.partitions:
+        if partition is not None and not 0 <= partition < loaded.partitions:
             raise GatewayError(
                 ErrorCode.UNKNOWN_PARTITION,
-                f"topic {name!r} has no partition {partition} (it has {info.partitions})",
+                f"topic {name!r} has no partition {partition} (it has {loaded.partitions})",
             )
-        return info
+        return loaded
 
     async def _stream_missing(self, topic: str, partition: int) -> GatewayError:
         """The error for a partition whose stream did not answer: gone or NATS trouble."""

@@ -16,6 +16,7 @@ import itertools
 import secrets
 import ssl
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 import trio
@@ -89,7 +90,7 @@ class NatsClient:
         self.reconnect_wait = reconnect_wait
         self.reconnect_wait_max = reconnect_wait_max
         self.ping_interval = ping_interval
-        self.server_info: dict = {}
+        self.server_info: dict[str, Any] = {}
         self.last_error = "not connected yet"
         self.reconnects = 0
         self._stream: trio.abc.Stream | None = None
@@ -178,12 +179,12 @@ class NatsClient:
             stream: trio.abc.Stream = sock
             try:
                 parser = ClientParser()
-                info: dict | None = None
+                info: dict[str, Any] | None = None
                 while info is None:
                     data = await stream.receive_some(65536)
                     if not data:
                         raise unavailable("connection closed during handshake")
-                    parser.receive_data(data)
+                    parser.receive_data(bytes(data))  # no copy when it is bytes already
                     for ev in parser.events():
                         if isinstance(ev, Info):
                             info = ev.data
@@ -215,7 +216,7 @@ class NatsClient:
                     data = await stream.receive_some(65536)
                     if not data:
                         raise unavailable("connection closed during handshake")
-                    parser.receive_data(data)
+                    parser.receive_data(bytes(data))  # no copy when it is bytes already
                     events = parser.events()
                     for ev in events:
                         if isinstance(ev, Err):
@@ -231,7 +232,7 @@ class NatsClient:
         self._sock = sock
         return stream
 
-    def _learn_servers(self, info: dict) -> None:
+    def _learn_servers(self, info: dict[str, Any]) -> None:
         """The other servers of the cluster (INFO ``connect_urls``), tried after the
         configured ones when a server goes away."""
         urls = info.get("connect_urls") or []
@@ -276,7 +277,7 @@ class NatsClient:
             data = await stream.receive_some(1 << 18)
             if not data:
                 raise trio.BrokenResourceError("server closed the connection")
-            parser.receive_data(data)
+            parser.receive_data(bytes(data))  # no copy when it is bytes already
             delivered: list[Msg] = []
             for ev in parser.events():
                 if isinstance(ev, Msg):

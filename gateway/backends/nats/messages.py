@@ -7,6 +7,7 @@ import base64
 import json
 import struct
 from datetime import datetime
+from typing import Any
 
 from gateway.backends.nats.client import STATUS_NO_RESPONDERS
 from gateway.backends.nats.protocol import Msg
@@ -103,7 +104,7 @@ def msg_seq(m: Msg) -> int:
     return int(value) if value else 0
 
 
-def js_error(msg: Msg) -> dict | None:
+def js_error(msg: Msg) -> dict[str, Any] | None:
     """The JetStream API error of a reply, or None. A 503 status means no responders."""
     if msg.status == STATUS_NO_RESPONDERS:
         return {"code": 503, "err_code": 0, "description": "no responders"}
@@ -113,7 +114,7 @@ def js_error(msg: Msg) -> dict | None:
     return data.get("error")
 
 
-def wrong_last_sequence(err: dict) -> bool:
+def wrong_last_sequence(err: dict[str, Any]) -> bool:
     """A refusal of ``Nats-Expected-Last-Sequence``: err_code 10071 (also what the commit of
     an atomic batch whose first message carried it answers)."""
     return err.get("err_code") == JS_WRONG_LAST_SEQUENCE

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.protocols.buffer import ReceiveBuffer
+
 CRLF = b"\r\n"
 
 
@@ -138,25 +140,19 @@ class ClientParser:
     """Feed bytes with :meth:`receive_data`, take events with :meth:`events`."""
 
     def __init__(self, max_payload: int = 64 << 20) -> None:
-        self._buf = bytearray()
-        self._pos = 0
+        self._rb = ReceiveBuffer()  # events() moves its read offset (pos) as it cuts them
         self._max = max_payload
 
     def receive_data(self, data: bytes) -> None:
-        if self._pos and self._pos == len(self._buf):
-            self._buf.clear()
-            self._pos = 0
-        elif self._pos > 1 << 20:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
+        self._rb.feed(data)
 
     def events(self) -> list[Event]:
         """Every complete event in the buffer."""
         out: list[Event] = []
-        buf = self._buf
+        rb = self._rb
+        buf = rb.data
         while True:
-            pos = self._pos
+            pos = rb.pos
             end = buf.find(CRLF, pos)
             if end < 0:
                 if len(buf) - pos > 65536:
@@ -177,7 +173,7 @@ class ClientParser:
                 if len(buf) < start + n + 2:
                     return out
                 payload = bytes(buf[start : start + n])
-                self._pos = start + n + 2
+                rb.pos = start + n + 2
                 out.append(Msg(subject.decode(), int(sid), reply.decode(), payload))
             elif op == b"HMSG":
                 args = bytes(buf[pos + 5 : end]).split()
@@ -200,7 +196,7 @@ class ClientParser:
                 if raw[8:10] != b"\r\n":  # a status line: "NATS/1.0 503[ text]"
                     status, description, _ = parse_status(raw)
                 payload = bytes(buf[start + hn : start + n])
-                self._pos = start + n + 2
+                rb.pos = start + n + 2
                 out.append(
                     Msg(
                         subject.decode(),
@@ -214,7 +210,7 @@ class ClientParser:
                 )
             else:
                 line = bytes(buf[pos:end])
-                self._pos = end + 2
+                rb.pos = end + 2
                 word = line[:4].upper()
                 if word == b"PING":
                     out.append(_PING)

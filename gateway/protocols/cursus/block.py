@@ -25,7 +25,7 @@ _BLOCK_HEAD = struct.Struct("<Iqi")  # count, timestamp_us, stride (0: a u32 LE 
 _LITTLE = sys.byteorder == "little"
 
 
-def _starts_bytes(starts: array) -> bytes:
+def _starts_bytes(starts: array[int]) -> bytes:
     if _LITTLE:
         return starts.tobytes()
     swapped = array("I", starts)

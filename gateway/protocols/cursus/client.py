@@ -16,6 +16,7 @@ import trio
 
 from gateway.protocols.cursus import codec
 from gateway.protocols.cursus.codec import Ack, Batch, FrameBuffer, Keepalive, Message
+from gateway.protocols.errors import RemoteProtocolError
 
 _ERROR = re.compile(r"ERROR:?\s*([A-Za-z_]+)(?:$|\s+\w+=)")
 _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
@@ -112,7 +113,7 @@ class CursusClient:
     async def text(self, text: str, envelope: str = "") -> str:
         reply = await self.command(text, envelope)
         if not isinstance(reply, str):
-            raise codec.RemoteProtocolError(f"expected a text reply to {text!r}, got {reply!r}")
+            raise RemoteProtocolError(f"expected a text reply to {text!r}, got {reply!r}")
         return reply
 
     async def consume(self, topic: str, partition: int, offset: int, member: str, **extra: object
@@ -121,7 +122,7 @@ class CursusClient:
         cmd = f"CONSUME topic={topic} partition={partition} offset={offset} member={member}"
         reply = await self.command(f"{cmd} {args}".strip())
         if reply is None or isinstance(reply, Keepalive):
-            raise codec.RemoteProtocolError(f"unexpected reply to CONSUME: {reply!r}")
+            raise RemoteProtocolError(f"unexpected reply to CONSUME: {reply!r}")
         return reply
 
     async def produce(

@@ -19,7 +19,7 @@ import struct
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from gateway.model import RESERVED_HEADER_PREFIX, Record
 from gateway.protocols.buffer import ReceiveBuffer
@@ -286,7 +286,7 @@ def _strict_walk(buf: bytes, pos: int, count: int) -> None:
             pos += length
 
 
-Starts = array | range
+Starts: TypeAlias = "array[int] | range"  # a string: array is not subscriptable before 3.12
 """Message positions in a block: a table, or a ``range`` when every message has the same size."""
 
 # offset and width of each length field in a message whose earlier fields have lengths
@@ -675,7 +675,7 @@ def record_to_message(r: Record) -> Message:
     """A stored record as a Cursus message (offset = the record's offset). Headers that are not
     Cursus reserved headers have no place in the format and are dropped."""
     key = bytes(r.key or b"")
-    fields: list = [
+    fields: list[object] = [
         max(r.offset, 0),
         0,
         b"",

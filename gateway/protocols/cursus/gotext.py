@@ -44,7 +44,7 @@ def positional(text: str) -> str | None:
         3,
         5,
     ):  # <topic> <group> [<consumerId>] <memberId> [<generation>]
-        names = ("topic", "group", "member") if len(args) == 3 else (
+        names: tuple[str, ...] = ("topic", "group", "member") if len(args) == 3 else (
             "topic", "group", "consumer", "member", "generation")  # fmt: skip
         return "HEARTBEAT " + " ".join(f"{k}={v}" for k, v in zip(names, args, strict=True))
     if keyword == "BATCH_COMMIT" and len(args) == 5:  # ... <memberId> <generation> <offsets>

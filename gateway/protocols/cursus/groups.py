@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gateway.core.view import CoreView
 from gateway.model import (
     CommitOffset,
     DescribeGroup,
@@ -37,7 +38,7 @@ class GroupCommands:
     :class:`~gateway.protocols.cursus.session.CursusSession`, which mixes this class in and
     provides the attributes below."""
 
-    core: Any
+    core: CoreView
     cfg: Any
     state: CursusState
     _topic: Callable[[str], Awaitable[TopicInfo | None]]

@@ -35,6 +35,7 @@ import structlog
 import trio
 
 from gateway.core.idempotence import is_retry
+from gateway.core.view import CoreView
 from gateway.model import AppendResult, ErrorCode, GatewayError, Produce, ProduceResult
 from gateway.observability import limit_hit
 from gateway.protocols.cursus import codec
@@ -84,7 +85,7 @@ class DurableProducers:
 
     async def produce(
         self,
-        core: Any,
+        core: CoreView,
         cmd: Produce,
         producer_id: str,
         epoch: int,
@@ -109,7 +110,7 @@ class DurableProducers:
 
     async def _locked(
         self,
-        core: Any,
+        core: CoreView,
         cmd: Produce,
         key: str,
         producer_id: str,
@@ -142,7 +143,7 @@ class DurableProducers:
         return result
 
     async def _find(
-        self, core: Any, cmd: Produce, producer_id: str, known: Known
+        self, core: CoreView, cmd: Produce, producer_id: str, known: Known
     ) -> AppendResult | None:
         """Where the batch of a state written before a restart landed, from the log: the
         producer's message with the state's epoch and first sequence at or after its floor."""
@@ -173,7 +174,7 @@ class DurableProducers:
         return None
 
     # ------------------------------------------------------------------ the bound
-    async def _load_index(self, core: Any, max_producers: int) -> None:
+    async def _load_index(self, core: CoreView, max_producers: int) -> None:
         """Once per core: the keys already in the stores, oldest write first."""
         if self._index is not None:
             return

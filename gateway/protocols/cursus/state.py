@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from gateway.core.view import CoreView
 from gateway.model import GroupDescription
 from gateway.protocols.base import PerCore
 from gateway.protocols.cursus.producers import DurableProducers
@@ -42,5 +42,5 @@ class CursusState:
 _STATES: PerCore[CursusState] = PerCore()
 
 
-def state_for(core: Any) -> CursusState:
+def state_for(core: CoreView) -> CursusState:
     return _STATES.get(core, CursusState)

@@ -7,6 +7,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gateway.core.view import CoreView
 from gateway.model import (
     CreatePartitions,
     CreateTopic,
@@ -18,7 +19,8 @@ from gateway.model import (
     TopicDescription,
     TopicInfo,
 )
-from gateway.protocols.cursus import codec
+from gateway.protocols.base import ConnectionContext
+from gateway.protocols.cursus import CursusListenerConfig, codec
 from gateway.protocols.cursus.gotext import go_atoi
 from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBinding
 
@@ -34,9 +36,9 @@ class TopicCommands:
     """The topic commands of :class:`~gateway.protocols.cursus.session.CursusSession`, which
     mixes this class in and provides the attributes below."""
 
-    ctx: Any
-    core: Any
-    cfg: Any
+    ctx: ConnectionContext
+    core: CoreView
+    cfg: CursusListenerConfig
     state: CursusState
     _topic: Callable[[str], Awaitable[TopicInfo | None]]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec, lazy
-from gateway.protocols.iggy.auth import user_problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +31,8 @@ class IggyListenerConfig(ListenerConfig):
     max_login_peers: int = 10_000  # addresses whose failed logins are remembered
 
     def validate(self) -> list[str]:
+        from gateway.protocols.iggy.auth import user_problems  # needs trio: imported on use
+
         problems = user_problems(self.users)
         for key in ("max_concurrent_logins", "max_login_peers"):
             if getattr(self, key) < 1:

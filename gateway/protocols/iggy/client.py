@@ -46,7 +46,7 @@ class IggyClient:
             data = await self.stream.receive_some(1 << 16)
             if not data:
                 raise EOFError("the server closed the connection")
-            self.conn.receive_data(data)
+            self.conn.receive_data(bytes(data))
 
     async def request(self, req: c.Request) -> c.Response:
         await self.stream.send_all(self.conn.send(req))

@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from gateway.core.view import CoreView
 from gateway.model import CreateTopic, ErrorCode, GatewayError, ListTopics, now_us
 from gateway.protocols.iggy.codec import Identifier, Status
 
@@ -63,7 +64,9 @@ class GroupEntry:
 
 
 class Registry:
-    def __init__(self, core: Any, default_stream: str = "default", separator: str = ".") -> None:
+    def __init__(
+        self, core: CoreView, default_stream: str = "default", separator: str = "."
+    ) -> None:
         self.core = core
         self.default_stream = default_stream
         self.sep = separator

@@ -61,13 +61,17 @@ class Api:
     handler: Handler
 
 
+async def _api_versions(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
+    return api_versions.answer(ctx, header, advertised_table())
+
+
 APIS: dict[int, Api] = {
     0: Api("produce", 3, 9, produce.handle),
     1: Api("fetch", 4, 13, fetch.handle),
     2: Api("list_offsets", 1, 7, list_offsets.handle),
     3: Api("metadata", 1, 12, metadata.handle),
     17: Api("sasl_handshake", 1, 1, sasl.handshake),
-    18: Api("api_versions", 0, 3, api_versions.handle),
+    18: Api("api_versions", 0, 3, _api_versions),
     22: Api("init_producer_id", 0, 4, producer_id.handle),
     36: Api("sasl_authenticate", 0, 2, sasl.authenticate),
     60: Api("describe_cluster", 0, 1, cluster.handle),

@@ -1,8 +1,8 @@
 """The classic consumer-group APIs: FindCoordinator v1-v5, JoinGroup v0-v9, SyncGroup v0-v5,
 Heartbeat v0-v4, LeaveGroup v0-v5.
 
-The gateway is its own coordinator: FindCoordinator names this listener for every group of a
-batched v4+ request (a transaction key gets INVALID_REQUEST: there are no transactions here).
+The gateway is its own coordinator (FindCoordinator names this listener, for every group of a
+batched v4+ request; a transaction key gets INVALID_REQUEST: there are no transactions here).
 Membership is the core's client-assigned group model (:mod:`gateway.core.classic`): the leader
 gets the members' metadata and sends the assignment, which the gateway keeps opaque, reading
 consumer-protocol subscriptions and assignments only to know the topics (ACLs) and to show the

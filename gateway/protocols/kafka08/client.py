@@ -94,7 +94,9 @@ class Kafka08Client:
         records = decode_message_set(result.message_set)
         return [r for r in records if r.offset >= offset], result.high_watermark
 
-    async def offsets(self, topic: str, partition: int, time: int, max_offsets: int = 2) -> list:
+    async def offsets(
+        self, topic: str, partition: int, time: int, max_offsets: int = 2
+    ) -> list[int]:
         body = c.OFFSETS_REQUEST(
             -1, [c.OFFSETS_TOPIC(topic, [c.OFFSETS_PARTITION(partition, time, max_offsets)])]
         )

@@ -37,6 +37,7 @@ from gateway.protocols.kafka08.layout import (
     RemoteProtocolError,
     layout,
 )
+from gateway.protocols.layout import Table
 
 __all__ = [
     "ApiKey",
@@ -255,54 +256,59 @@ API_TABLE: tuple[tuple[int, int, int], ...] = (
 """What ApiVersions advertises: the 0.8.2 table plus key 18 (docs/protocols/kafka08.md)."""
 
 
-def request_layout(api_key: int, version: int) -> Layout | None:
-    """The body layout a 0.8.2 broker would read for (key, version), or None: close.
+ANY = -(1 << 15)
+"""The lowest int16 version: a row from ``ANY`` with no last version covers every version."""
 
-    Produce, Fetch, Offsets, Metadata and ConsumerMetadata ignore the version (v0 layout);
-    OffsetCommit knows v0 and v1; OffsetFetch treats any non-zero version as v1 (same layout);
-    ApiVersions v0-2 have an empty body, v3+ the flexible one."""
-    if api_key == ApiKey.PRODUCE:
-        return PRODUCE_REQUEST
-    if api_key == ApiKey.FETCH:
-        return FETCH_REQUEST
-    if api_key == ApiKey.OFFSETS:
-        return OFFSETS_REQUEST
-    if api_key == ApiKey.METADATA:
-        return METADATA_REQUEST
-    if api_key == ApiKey.OFFSET_COMMIT:
-        return {0: COMMIT_REQUEST_V0, 1: COMMIT_REQUEST_V1}.get(version)
-    if api_key == ApiKey.OFFSET_FETCH:
-        return OFFSET_FETCH_REQUEST
-    if api_key == ApiKey.CONSUMER_METADATA:
-        return CONSUMER_METADATA_REQUEST
-    if api_key == ApiKey.API_VERSIONS and version >= 0:
-        return API_VERSIONS_REQUEST_V3 if version >= 3 else API_VERSIONS_REQUEST_V0
-    return None
+REQUESTS = Table(
+    [
+        # Produce, Fetch, Offsets, Metadata, OffsetFetch (v1 = v0 on the wire) and
+        # ConsumerMetadata: a 0.8.2 broker reads the v0 body whatever the version says.
+        (ApiKey.PRODUCE, ANY, None, PRODUCE_REQUEST),
+        (ApiKey.FETCH, ANY, None, FETCH_REQUEST),
+        (ApiKey.OFFSETS, ANY, None, OFFSETS_REQUEST),
+        (ApiKey.METADATA, ANY, None, METADATA_REQUEST),
+        (ApiKey.OFFSET_COMMIT, 0, 0, COMMIT_REQUEST_V0),
+        (ApiKey.OFFSET_COMMIT, 1, 1, COMMIT_REQUEST_V1),
+        (ApiKey.OFFSET_FETCH, ANY, None, OFFSET_FETCH_REQUEST),
+        (ApiKey.CONSUMER_METADATA, ANY, None, CONSUMER_METADATA_REQUEST),
+        (ApiKey.API_VERSIONS, 0, 2, API_VERSIONS_REQUEST_V0),
+        (ApiKey.API_VERSIONS, 3, None, API_VERSIONS_REQUEST_V3),
+    ]
+)
+"""Request body layouts by (api key, version); a pair not in it closes the connection."""
+
+RESPONSES = Table(
+    [
+        (ApiKey.PRODUCE, ANY, 0, PRODUCE_RESPONSE),
+        (ApiKey.PRODUCE, 1, None, PRODUCE_RESPONSE_V1),
+        (ApiKey.FETCH, ANY, 0, FETCH_RESPONSE),
+        (ApiKey.FETCH, 1, None, FETCH_RESPONSE_V1),
+        (ApiKey.OFFSETS, ANY, None, OFFSETS_RESPONSE),
+        (ApiKey.METADATA, ANY, None, METADATA_RESPONSE),
+        (ApiKey.OFFSET_COMMIT, ANY, None, COMMIT_RESPONSE),
+        (ApiKey.OFFSET_FETCH, ANY, None, OFFSET_FETCH_RESPONSE),
+        (ApiKey.CONSUMER_METADATA, ANY, None, CONSUMER_METADATA_RESPONSE),
+        # ApiVersions above v3 (or below 0) is answered in v0 with error 35
+        (ApiKey.API_VERSIONS, ANY, 0, API_VERSIONS_RESPONSE_V0),
+        (ApiKey.API_VERSIONS, 1, 2, API_VERSIONS_RESPONSE_V1),
+        (ApiKey.API_VERSIONS, 3, 3, API_VERSIONS_RESPONSE_V3),
+        (ApiKey.API_VERSIONS, 4, None, API_VERSIONS_RESPONSE_V0),
+    ]
+)
+"""Response body layouts by (api key, version of the request answered)."""
+
+
+def request_layout(api_key: int, version: int) -> Layout | None:
+    """The body layout a 0.8.2 broker would read for (key, version), or None: close."""
+    return REQUESTS.get(api_key, version)
 
 
 def response_layout(api_key: int, version: int) -> Layout:
     """The body layout of the response to a request with (key, version)."""
-    if api_key == ApiKey.PRODUCE:
-        return PRODUCE_RESPONSE_V1 if version >= 1 else PRODUCE_RESPONSE
-    if api_key == ApiKey.FETCH:
-        return FETCH_RESPONSE_V1 if version >= 1 else FETCH_RESPONSE
-    if api_key == ApiKey.OFFSETS:
-        return OFFSETS_RESPONSE
-    if api_key == ApiKey.METADATA:
-        return METADATA_RESPONSE
-    if api_key == ApiKey.OFFSET_COMMIT:
-        return COMMIT_RESPONSE
-    if api_key == ApiKey.OFFSET_FETCH:
-        return OFFSET_FETCH_RESPONSE
-    if api_key == ApiKey.CONSUMER_METADATA:
-        return CONSUMER_METADATA_RESPONSE
-    if api_key == ApiKey.API_VERSIONS:
-        if version > 3 or version < 0:
-            return API_VERSIONS_RESPONSE_V0
-        if version == 3:
-            return API_VERSIONS_RESPONSE_V3
-        return API_VERSIONS_RESPONSE_V1 if version >= 1 else API_VERSIONS_RESPONSE_V0
-    raise LocalProtocolError(f"no response layout for api key {api_key} v{version}")
+    found = RESPONSES.get(api_key, version)
+    if found is None:
+        raise LocalProtocolError(f"no response layout for api key {api_key} v{version}")
+    return found
 
 
 def api_versions_response(version: int) -> Any:

@@ -326,7 +326,7 @@ def encode_message_set(
 # ----------------------------------------------------------------------------- fetch
 
 
-def _skip_headers(buf: bytes, pos: int, count: int) -> int:
+def _skip_headers(buf: Buffer, pos: int, count: int) -> int:
     for _ in range(count):
         nlen, hlen = FIELD.unpack_from(buf, pos)
         pos += FIELD.size + nlen + hlen
@@ -343,7 +343,7 @@ def _from_canonical(
     unpack = RECORD.unpack_from
     rsize = RECORD.size
     pos = record_position(buf, start)  # version 3: from the start table, no walk
-    parts: list[bytes] = []
+    parts: list[Buffer] = []
     append = parts.append
     head = ENTRY_HEAD.pack
     nkv = M0_NULL_KEY_VLEN.pack

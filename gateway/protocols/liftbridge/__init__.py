@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec
-from gateway.protocols.liftbridge.nats import run_ingest
-from gateway.protocols.liftbridge.session import handle_connection
+from gateway.protocols.base import ListenerConfig, MiB, ProtocolSpec, lazy
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +47,7 @@ class LiftbridgeListenerConfig(ListenerConfig):
 PROTOCOL = ProtocolSpec(
     name="liftbridge",
     config_class=LiftbridgeListenerConfig,
-    handle_connection=handle_connection,
+    handle_connection=lazy("gateway.protocols.liftbridge.session", "handle_connection"),
     description="Liftbridge gRPC API (HTTP/2, protobuf)",
-    background=run_ingest,
+    background=lazy("gateway.protocols.liftbridge.nats", "run_ingest"),
 )

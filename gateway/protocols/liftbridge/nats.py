@@ -26,9 +26,10 @@ import structlog
 import trio
 
 from gateway.backends.nats.client import NatsClient
+from gateway.core.view import CoreView
 from gateway.model import Acks, ErrorCode, GatewayError, ListTopics, Produce, Record, RecordBatch
 from gateway.observability import RECORDS_IN, protocol_error
-from gateway.protocols.liftbridge import envelope
+from gateway.protocols.liftbridge import LiftbridgeListenerConfig, envelope
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 from gateway.protocols.liftbridge.service import (
     CORRELATION_HEADER,
@@ -42,7 +43,7 @@ log = structlog.get_logger("gateway.liftbridge.nats")
 
 
 class NatsIngest:
-    def __init__(self, core: Any, url: str, poll_s: float = 0.5) -> None:
+    def __init__(self, core: CoreView, url: str, poll_s: float = 0.5) -> None:
         self.core = core
         self.state = state_for(core)
         self.client = NatsClient(url, name="gateway-liftbridge")
@@ -144,7 +145,7 @@ class NatsIngest:
         msg_subject: str,
         offset: int,
         received_ns: int,
-        error: int = 0,
+        error: pb.Ack.Error = pb.Ack.OK,
     ) -> None:
         subscription = self.subscriptions.get((stream, partition))
         base = subscription[0] if subscription else msg_subject
@@ -169,9 +170,9 @@ class NatsIngest:
             log.warning("liftbridge_nats_ack_failed", inbox=env.ackInbox, error=exc.message)
 
 
-async def run_ingest(core: Any, listener: Any) -> None:
+async def run_ingest(core: CoreView, listener: LiftbridgeListenerConfig) -> None:
     """The listener's background task: NATS ingestion when ``nats`` is configured."""
-    url = getattr(listener, "nats", "")
+    url = listener.nats
     if not url:
         return
     await NatsIngest(core, url).run()

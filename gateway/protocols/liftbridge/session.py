@@ -22,19 +22,17 @@ import trio
 
 from gateway.model import GatewayError
 from gateway.observability import (
-    BYTES_IN,
     BYTES_OUT,
     REQUEST_LATENCY,
     REQUESTS,
     labelled,
-    limit_hit,
     protocol_error,
     snake_case,
 )
 from gateway.protocols.base import ConnectionContext
+from gateway.protocols.driver import Connection, drive
+from gateway.protocols.liftbridge import LiftbridgeListenerConfig
 from gateway.protocols.liftbridge.codec import (
-    DEFAULT_MAX_BUFFERED_BYTES,
-    DEFAULT_MAX_RESETS_PER_S,
     CallError,
     CallReset,
     CallStarted,
@@ -131,18 +129,19 @@ class Session:
         self.ctx = ctx
         self.log = ctx.log
         cfg = ctx.listener
-        self.max_buffered = getattr(cfg, "max_buffered_request_bytes", DEFAULT_MAX_BUFFERED_BYTES)
+        assert isinstance(cfg, LiftbridgeListenerConfig)
+        self.max_buffered = cfg.max_buffered_request_bytes
         self.conn = GrpcConnection(
             max_message_bytes=cfg.max_frame_bytes,
             max_buffered_bytes=self.max_buffered,
-            max_resets_per_s=getattr(cfg, "max_resets_per_s", DEFAULT_MAX_RESETS_PER_S),
+            max_resets_per_s=cfg.max_resets_per_s,
         )
         # Unary requests waiting for their half-close (the codec reopened the windows for
         # them): with the codec's unfinished messages they must stay within
         # max_buffered_request_bytes, or the connection ends. (PublishAsync requests not taken
         # yet are bounded by the windows: the codec lends them until ``release``.)
         self.held = 0
-        broker_id = getattr(cfg, "broker_id", "") or f"{ctx.advertised_host}:{ctx.advertised_port}"
+        broker_id = cfg.broker_id or f"{ctx.advertised_host}:{ctx.advertised_port}"
         self.service = Service(
             ctx.core,
             state_for(ctx.core),
@@ -158,7 +157,10 @@ class Session:
         self.progress = trio.Event()
         self._idle = trio.Event()
         self._send_lock = trio.Lock()
-        self._nursery: trio.Nursery | None = None
+        self._events: list[Any] | None = None
+        self.framing = self
+        self.receive_bytes = RECEIVE_BYTES
+        self.multiplexed = True  # HTTP/2: calls in progress still receive while draining
         self._received_since_send = False
         self._last_send = trio.current_time()
         self._bytes_out = labelled(BYTES_OUT, PROTOCOL)
@@ -228,89 +230,81 @@ class Session:
             await self._send_pending()
             self._notify_progress()
 
-    async def run(self) -> None:
+    # ------------------------------------------------------------------ the driver's calls
+    # The driver's framing is the session itself: one "request" is the list of events one read
+    # decoded (HTTP/2 frames of many calls, interleaved), handled in order by ``handle``.
+    async def start(self, io: Connection) -> None:
         self.conn.initiate()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._writer)
-            nursery.start_soon(self._watch_shutdown)
-            nursery.start_soon(self._keepalive)
-            self.kick()
-            await self._reader(nursery)
-            if self.ctx.shutdown.is_set() and self.calls:
-                # draining (the server ended our reads): _watch_shutdown finishes the calls
-                await trio.sleep_forever()
-            nursery.cancel_scope.cancel()
+        io.start_soon(self._writer)
+        io.start_soon(self._keepalive)
+        self.kick()
 
-    async def _reader(self, nursery: trio.Nursery) -> None:
-        bytes_in = labelled(BYTES_IN, PROTOCOL)
-        while True:
-            try:
-                data = await self.stream.receive_some(RECEIVE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            if not data:
-                return
-            bytes_in.inc(len(data))
-            self._received_since_send = True
-            try:
-                events = self.conn.receive_data(data)
-            except RemoteProtocolError as exc:
-                await self._closing(exc)
-                return
-            i = 0
-            n = len(events)
-            while i < n:
-                ev = events[i]
-                i += 1
-                t = type(ev)
-                if t is MessageReceived:
-                    self._on_message(ev)
-                elif t is CallStarted:
-                    if (
-                        not self.calls
-                        and not self.draining
-                        and ev.timeout_s is None
-                        and ev.method.name == "PublishAsync"
-                    ):
-                        done = _whole_call(events, i, ev.stream_id)
-                        if done >= 0:
-                            await self._publish_inline(ev, events, i, done)
-                            i = done + 1
-                            continue
-                    self._on_call(ev, nursery)
-                elif t is HalfClosed:
-                    self._on_half_closed(ev.stream_id, nursery)
-                elif t is CallReset:
-                    call = self.calls.pop(ev.stream_id, None)
-                    if call is not None:
-                        if not call.spec.client_streaming:
-                            self._take(call, call.held)
-                        call.reset = True
-                        if call.scope is not None:
-                            call.scope.cancel()
-                        self._call_done()
-                elif t is CallError:
-                    self._on_call_error(ev)
-            if self.conn.buffered_bytes + self.held > self.max_buffered:
-                await self._closing(
-                    self.conn.enhance_your_calm(
-                        "max_buffered_request_bytes",
-                        f"{self.conn.buffered_bytes + self.held} bytes of requests held "
-                        f"(max_buffered_request_bytes {self.max_buffered})",
-                    )
-                )
-                return
-            self._send_now()
-            self._notify_progress()
+    def receive_data(self, data: bytes | bytearray) -> None:
+        self._received_since_send = True
+        self._events = self.conn.receive_data(data)
 
-    async def _closing(self, exc: RemoteProtocolError) -> None:
-        """The connection is over (a protocol error or a budget): count and log it once, send
+    def next_request(self) -> list[Any] | None:
+        events, self._events = self._events, None
+        return events
+
+    @property
+    def buffered(self) -> int:
+        return self.conn.buffered_bytes
+
+    async def handle(self, events: list[Any], io: Connection) -> bool:
+        nursery = io.nursery
+        i = 0
+        n = len(events)
+        while i < n:
+            ev = events[i]
+            i += 1
+            t = type(ev)
+            if t is MessageReceived:
+                self._on_message(ev)
+            elif t is CallStarted:
+                if (
+                    not self.calls
+                    and not self.draining
+                    and ev.timeout_s is None
+                    and ev.method.name == "PublishAsync"
+                ):
+                    done = _whole_call(events, i, ev.stream_id)
+                    if done >= 0:
+                        await self._publish_inline(ev, events, i, done)
+                        i = done + 1
+                        continue
+                self._on_call(ev, nursery)
+            elif t is HalfClosed:
+                self._on_half_closed(ev.stream_id, nursery)
+            elif t is CallReset:
+                call = self.calls.pop(ev.stream_id, None)
+                if call is not None:
+                    if not call.spec.client_streaming:
+                        self._take(call, call.held)
+                    call.reset = True
+                    if call.scope is not None:
+                        call.scope.cancel()
+                    self._call_done()
+            elif t is CallError:
+                self._on_call_error(ev)
+        if self.conn.buffered_bytes + self.held > self.max_buffered:
+            raise self.conn.enhance_your_calm(
+                "max_buffered_request_bytes",
+                f"{self.conn.buffered_bytes + self.held} bytes of requests held "
+                f"(max_buffered_request_bytes {self.max_buffered})",
+            )
+        self._send_now()
+        self._notify_progress()
+        return True
+
+    async def settle(self, io: Connection) -> None:
+        if io.draining and self.calls:
+            # draining (the server ended our reads): _finish_calls ends the connection
+            await trio.sleep_forever()
+
+    async def closing(self, exc: RemoteProtocolError, io: Connection) -> None:
+        """The connection is over (a protocol error or a budget, counted by the driver): send
         the GOAWAY waiting in the codec."""
-        if exc.limit is not None:
-            limit_hit(exc.limit, PROTOCOL, self.log, peer=self.ctx.peer, error=str(exc))
-        else:
-            protocol_error(self.log, PROTOCOL, exc.kind, error=str(exc))
         try:
             await self._send_pending()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -541,8 +535,9 @@ class Session:
             self._idle.set()
 
     # ------------------------------------------------------------------ drain
-    async def _watch_shutdown(self) -> None:
-        await self.ctx.shutdown.wait()
+    def drain(self, io: Connection) -> None:
+        """The gateway drains: GOAWAY, end subscriptions and idle publishes, let the other calls
+        finish, then end the connection."""
         self.draining = True
         self.conn.goaway()
         for call in list(self.calls.values()):
@@ -551,12 +546,14 @@ class Session:
             elif call.idle_scope is not None:
                 call.idle_scope.cancel()
         self.kick()
+        io.start_soon(self._finish_calls, io)
+
+    async def _finish_calls(self, io: Connection) -> None:
         while self.calls:
             self._idle = trio.Event()
             await self._idle.wait()
         await self._send_pending()
-        assert self._nursery is not None
-        self._nursery.cancel_scope.cancel()
+        io.stop()
 
 
 def _whole_call(events: list[Any], start: int, stream_id: int) -> int:
@@ -579,4 +576,4 @@ def _whole_call(events: list[Any], start: int, stream_id: int) -> int:
 
 async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> None:
     """Serve one Liftbridge client connection until it closes (or the gateway drains)."""
-    await Session(stream, ctx).run()
+    await drive(stream, ctx, Session(stream, ctx))

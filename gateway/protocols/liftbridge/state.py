@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gateway.core.view import CoreView
 from gateway.model import ErrorCode, GatewayError
 from gateway.protocols.base import PerCore
 
@@ -153,7 +154,7 @@ class LiftbridgeState:
 _STATES: PerCore[LiftbridgeState] = PerCore()
 
 
-def state_for(core: Any) -> LiftbridgeState:
+def state_for(core: CoreView) -> LiftbridgeState:
     """The one LiftbridgeState of a core (created on first use), keeping its flags in the
     default backend when that backend is shared by several gateways."""
 

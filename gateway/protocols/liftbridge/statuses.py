@@ -104,7 +104,7 @@ _STATUS_FOR: dict[ErrorCode, Status] = {
     ErrorCode.INTERNAL: Status.INTERNAL,
 }
 
-_ASYNC_CODE_FOR: dict[Status, int] = {
+_ASYNC_CODE_FOR: dict[Status, pb.PublishAsyncError.Code] = {
     Status.NOT_FOUND: pb.PublishAsyncError.NOT_FOUND,
     Status.INVALID_ARGUMENT: pb.PublishAsyncError.BAD_REQUEST,
     Status.FAILED_PRECONDITION: pb.PublishAsyncError.READONLY,

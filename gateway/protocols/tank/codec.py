@@ -6,25 +6,97 @@ little endian. :class:`TankConnection` is the one public object, in the style of
 ``receive_data(bytes)``, ``next_event()`` (an event or :data:`NEED_DATA`), ``send(event) -> bytes``.
 :class:`RemoteProtocolError` means the peer sent something bad (the server closes, as the real
 broker does); :class:`LocalProtocolError` means we tried to send something invalid (a bug).
+
+Every message is declared once below as a layout (:mod:`gateway.protocols.layout`), looked up by
+message id in :data:`REQUESTS` / :data:`RESPONSES`; the few irregular pieces (a bundle whose
+length comes before its sequence number, variants chosen by an error code) are small types
+with their read and write side by side. The consume answer keeps its hand-written writer and
+reader (the hot path). The messages themselves are the dataclasses of ``events.py``.
 """
 
 from __future__ import annotations
 
-import enum
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.protocols import layout as engine
 from gateway.protocols.buffer import ReceiveBuffer
-from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
-from gateway.protocols.tank.bundle import (
-    BundleError,
-    BundleInfo,
-    TankMessage,
-    decode_bundle,
-    read_varint,
-    scan_bundle,
-    varint,
+from gateway.protocols.layout import Buffer, Layout
+from gateway.protocols.tank.bundle import BundleError, read_varint, scan_bundle, varint
+from gateway.protocols.tank.events import (  # noqa: F401 - re-exported
+    C_BOUNDARY,
+    C_NO_LEADER,
+    C_OK,
+    C_OTHER_LEADER,
+    C_SPARSE,
+    C_SYSTEM_ERROR,
+    C_UNKNOWN_PARTITION,
+    CT_BAD_CONFIG,
+    CT_EXISTS,
+    CT_INVALID,
+    CT_OK,
+    CT_READ_ONLY,
+    CT_SYSTEM_ERROR,
+    CT_UNSUPPORTED,
+    DEFAULT_MAX_FRAME,
+    DP_NO_LEADER,
+    DP_OTHER_LEADER,
+    DP_SYSTEM_ERROR,
+    MAX_FETCH_SIZE,
+    NEED_DATA,
+    P_INSUFFICIENT_REPLICAS,
+    P_INVALID_SEQNUMS,
+    P_IO_FAULT,
+    P_NO_LEADER,
+    P_OK,
+    P_OTHER_LEADER,
+    P_PENDING,
+    P_READ_ONLY,
+    P_UNKNOWN_PARTITION,
+    P_UNKNOWN_TOPIC,
+    RC_BAD_PARTITION,
+    RC_CLUSTER_MODE,
+    RC_NO_CONFIG,
+    RC_OK,
+    RC_PARSE_ERROR,
+    RC_UNKNOWN_TOPIC,
+    TANK_VERSION,
+    U64_MAX,
+    ConsumePartitionRequest,
+    ConsumePartitionResult,
+    ConsumeRequest,
+    ConsumeResponse,
+    ConsumeTopic,
+    ConsumeTopicResult,
+    CreateTopicRequest,
+    CreateTopicResponse,
+    DiscoverPartitionsRequest,
+    DiscoverPartitionsResponse,
+    DiscoverTopicsRequest,
+    DiscoverTopicsResponse,
+    DiscoverTopologyRequest,
+    DiscoverTopologyResponse,
+    LocalProtocolError,
+    MsgId,
+    PartitionWatermarks,
+    Ping,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
+    ProduceTopicResult,
+    ReloadConfRequest,
+    ReloadConfResponse,
+    RemoteProtocolError,
+    Request,
+    Response,
+    Role,
+    StatusRequest,
+    StatusResponse,
+    TopicEntry,
+    decode_chunk,
 )
 
 U8 = struct.Struct("<B")
@@ -32,389 +104,405 @@ U16 = struct.Struct("<H")
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 FRAME = struct.Struct("<BI")
-U64_MAX = 0xFFFFFFFFFFFFFFFF
-DEFAULT_MAX_FRAME = 100 << 20
 
-
-class MsgId(enum.IntEnum):
-    PRODUCE = 0x01
-    CONSUME = 0x02
-    PING = 0x03
-    PRODUCE_WITH_SEQNUM = 0x05
-    DISCOVER_PARTITIONS = 0x06
-    CREATE_TOPIC = 0x07
-    RELOAD_CONF = 0x08
-    STATUS = 0x0A
-    DISCOVER_TOPICS = 0x0B
-    DISCOVER_TOPOLOGY = 0x0C
-
-
-# Produce status bytes (docs/protocols/tank.md)
-P_OK = 0x00
-P_UNKNOWN_PARTITION = 0x01
-P_IO_FAULT = 0x02
-P_PENDING = 0x03
-P_INSUFFICIENT_REPLICAS = 0x04
-P_INVALID_SEQNUMS = 0x0A
-P_OTHER_LEADER = 0xFC
-P_NO_LEADER = 0xFD
-P_READ_ONLY = 0xFE
-P_UNKNOWN_TOPIC = 0xFF
-
-# Consume partition err_or_flags (docs/protocols/tank.md)
-C_OK = 0x00
-C_BOUNDARY = 0x01
-C_OTHER_LEADER = 0xFC
-C_NO_LEADER = 0xFD
-C_SPARSE = 0xFE
-C_SYSTEM_ERROR = 0xFB
-C_UNKNOWN_PARTITION = 0xFF
-
-# CreateTopic err (docs/protocols/tank.md)
-CT_OK = 0
-CT_EXISTS = 1
-CT_SYSTEM_ERROR = 2
-CT_BAD_CONFIG = 4
-CT_READ_ONLY = 5
-CT_INVALID = 10
-CT_UNSUPPORTED = 11
-
-# ReloadConf err
-RC_OK = 0
-RC_NO_CONFIG = 2
-RC_PARSE_ERROR = 3
-RC_BAD_PARTITION = 10
-RC_UNKNOWN_TOPIC = 11
-RC_CLUSTER_MODE = 12
-
-# DiscoverPartitions per-partition failure codes
-DP_SYSTEM_ERROR = 0xFB
-DP_NO_LEADER = 0xFD
-DP_OTHER_LEADER = 0xFC
-
-MAX_FETCH_SIZE = 64 << 20  # the broker caps a partition's fetch_size here
-TANK_VERSION = 400
-
-
-class _NeedData:
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-NEED_DATA: Any = _NeedData()
-
-
-class Role(enum.Enum):
-    SERVER = "server"
-    CLIENT = "client"
-
-
-# ----------------------------------------------------------------------------- events
-
-
-@dataclass(slots=True)
-class Ping:
-    pass
-
-
-@dataclass(slots=True)
-class ProducePartition:
-    partition: int
-    bundle: bytes
-    base_seqnum: int = 0  # ProduceWithSeqnum only
-    info: BundleInfo | None = None  # filled in by the server-role decoder (validated bundle)
-
-
-@dataclass(slots=True)
-class ProduceTopic:
-    name: str
-    partitions: list[ProducePartition]
-
-
-@dataclass(slots=True)
-class ProduceRequest:
-    request_id: int
-    topics: list[ProduceTopic]
-    with_seqnum: bool = False
-    client_version: int = 2
-    client_id: bytes = b""
-    required_acks: int = 0
-    ack_timeout_ms: int = 0
-
-    @property
-    def msg_id(self) -> int:
-        return MsgId.PRODUCE_WITH_SEQNUM if self.with_seqnum else MsgId.PRODUCE
-
-
-@dataclass(slots=True)
-class ProduceTopicResult:
-    name: str
-    statuses: list[int] | None  # None: unknown topic (one 0xff on the wire)
-
-
-@dataclass(slots=True)
-class ProduceResponse:
-    """The answer to a Produce or a ProduceWithSeqnum request: both go out with message id 0x01,
-    as the real broker frames them (tank-cli takes any other id for a network fault);
-    ``with_seqnum`` only says which request it answers."""
-
-    request_id: int
-    topics: list[ProduceTopicResult]
-    with_seqnum: bool = False
-
-
-@dataclass(slots=True)
-class ConsumePartitionRequest:
-    partition: int
-    seq: int  # 0: earliest; U64_MAX: tail
-    fetch_size: int
-
-
-@dataclass(slots=True)
-class ConsumeTopic:
-    name: str
-    partitions: list[ConsumePartitionRequest]
-
-
-@dataclass(slots=True)
-class ConsumeRequest:
-    request_id: int
-    topics: list[ConsumeTopic]
-    max_wait_ms: int = 0
-    min_bytes: int = 0
-    client_version: int = 2
-    client_id: bytes = b""
-    flags: int = 0  # only on the wire for client_version >= 3
-
-
-@dataclass(slots=True)
-class ConsumePartitionResult:
-    partition: int
-    err: int = C_OK
-    base_seq: int = 0
-    hwmark: int = 0
-    chunk: bytes | memoryview | list[bytes | memoryview] = b""
-    first_available: int = 0  # boundary fault only
-    leader: tuple[int, int] | None = None  # (addr4, port) for C_OTHER_LEADER
-
-    def messages(self) -> list[TankMessage]:
-        """The complete messages of the chunk (client role)."""
-        chunk = self.chunk if not isinstance(self.chunk, list) else b"".join(self.chunk)
-        return decode_chunk(chunk, self.base_seq)
-
-
-@dataclass(slots=True)
-class ConsumeTopicResult:
-    name: str
-    partitions: list[ConsumePartitionResult] | None  # None: unknown topic
-    requested: int = 0  # partition count echoed for an unknown topic
-
-
-@dataclass(slots=True)
-class ConsumeResponse:
-    request_id: int
-    topics: list[ConsumeTopicResult]
-
-
-@dataclass(slots=True)
-class DiscoverPartitionsRequest:
-    request_id: int
-    topic: str
-    partitions: list[int] | None = None
-
-
-@dataclass(slots=True)
-class PartitionWatermarks:
-    first_available: int
-    hwmark: int
-    err: int = 0  # nonzero: both u64 are U64_MAX on the wire, then this code
-    leader: tuple[int, int] | None = None
-
-
-@dataclass(slots=True)
-class DiscoverPartitionsResponse:
-    request_id: int
-    topic: str
-    partitions: list[PartitionWatermarks]  # empty: unknown topic
-
-
-@dataclass(slots=True)
-class CreateTopicRequest:
-    request_id: int
-    topic: str
-    partitions: int
-    config: bytes = b""
-
-
-@dataclass(slots=True)
-class CreateTopicResponse:
-    request_id: int
-    topic: str
-    err: int = CT_OK
-
-
-@dataclass(slots=True)
-class ReloadConfRequest:
-    request_id: int
-    topic: str
-    partition: int
-
-
-@dataclass(slots=True)
-class ReloadConfResponse:
-    request_id: int
-    topic: str
-    partition: int
-    err: int = RC_OK
-
-
-@dataclass(slots=True)
-class StatusRequest:
-    request_id: int
-
-
-@dataclass(slots=True)
-class StatusResponse:
-    request_id: int
-    topics: int
-    partitions: int
-    open_partitions: int
-    open_time: int = 0
-    startup_ts: int = 0
-    version: int = TANK_VERSION
-    flags: int = 0
-    cluster: tuple[int, str, int] | None = None  # (flags, name, nodes) in cluster mode
-
-
-@dataclass(slots=True)
-class DiscoverTopicsRequest:
-    request_id: int
-    flags: int = 0
-
-
-@dataclass(slots=True)
-class TopicEntry:
-    name: str
-    enabled: bool
-    partitions: int
-    rf: int | None = None  # cluster mode only
-
-
-@dataclass(slots=True)
-class DiscoverTopicsResponse:
-    request_id: int
-    topics: list[TopicEntry]
-    cluster_aware: bool = False
-
-
-@dataclass(slots=True)
-class DiscoverTopologyRequest:
-    request_id: int
-    flags: int = 0
-
-
-@dataclass(slots=True)
-class DiscoverTopologyResponse:
-    request_id: int
-    cluster: bytes | None = None  # None: standalone (`ff ff`); else the raw cluster description
-
-
-Request = (
-    ProduceRequest
-    | ConsumeRequest
-    | DiscoverPartitionsRequest
-    | CreateTopicRequest
-    | ReloadConfRequest
-    | StatusRequest
-    | DiscoverTopicsRequest
-    | DiscoverTopologyRequest
-)
-Response = (
-    ProduceResponse
-    | ConsumeResponse
-    | DiscoverPartitionsResponse
-    | CreateTopicResponse
-    | ReloadConfResponse
-    | StatusResponse
-    | DiscoverTopicsResponse
-    | DiscoverTopologyResponse
-)
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-class _Reader:
-    """Cursor over one frame's payload; every overrun is a RemoteProtocolError."""
-
-    __slots__ = ("buf", "pos", "end", "what")
-
-    def __init__(self, buf: bytes, what: str) -> None:
-        self.buf = buf
-        self.pos = 0
-        self.end = len(buf)
-        self.what = what
-
-    def _need(self, n: int) -> int:
-        pos = self.pos
-        if pos + n > self.end:
-            raise RemoteProtocolError(
-                f"{self.what}: needs {n} more bytes at {pos} of {self.end}", "truncated"
-            )
-        self.pos = pos + n
-        return pos
-
-    def u8(self) -> int:
-        return self.buf[self._need(1)]
-
-    def u16(self) -> int:
-        return U16.unpack_from(self.buf, self._need(2))[0]
-
-    def u32(self) -> int:
-        return U32.unpack_from(self.buf, self._need(4))[0]
-
-    def u64(self) -> int:
-        return U64.unpack_from(self.buf, self._need(8))[0]
-
-    def raw(self, n: int) -> bytes:
-        pos = self._need(n)
-        return self.buf[pos : pos + n]
-
-    def str8(self) -> str:
-        return self.raw(self.u8()).decode("utf-8", "surrogateescape")
-
-    def bytes8(self) -> bytes:
-        return self.raw(self.u8())
-
-    def varint(self) -> int:
-        try:
-            value, self.pos = read_varint(self.buf, self.pos, self.end)
-        except BundleError as exc:
-            raise RemoteProtocolError(f"{self.what}: {exc}", "bad_varint") from None
-        return value
-
-    @property
-    def remaining(self) -> int:
-        return self.end - self.pos
-
-    def done(self) -> None:
-        if self.pos != self.end:
-            raise RemoteProtocolError(
-                f"{self.what}: {self.end - self.pos} bytes after the message", "trailing_bytes"
-            )
+# ----------------------------------------------------------------------------- wire types
+
+WIRE = engine.Wire("<")
+UINT8 = WIRE.int("B", "u8")
+UINT16 = WIRE.int("H", "u16")
+UINT32 = WIRE.int("I", "u32")
+UINT64 = WIRE.int("Q", "u64")
+FLAG = engine.Bool(UINT8)
+STR8 = engine.Text(UINT8, errors="surrogateescape")
+BYTES8 = engine.Blob(UINT8, what="str8")
 
 
 def _str8(name: str) -> bytes:
+    """:data:`STR8` for one name, as bytes (the consume answer's hand-written header)."""
     raw = name.encode("utf-8", "surrogateescape")
     if len(raw) > 255:
         raise LocalProtocolError(f"name {name[:40]!r}... is longer than 255 bytes")
     return bytes((len(raw),)) + raw
 
 
-def _bytes8(raw: bytes) -> bytes:
-    if len(raw) > 255:
-        raise LocalProtocolError("str8 longer than 255 bytes")
-    return bytes((len(raw),)) + raw
+def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
+    try:
+        return read_varint(buf, pos, len(buf))
+    except BundleError as exc:
+        raise RemoteProtocolError(f"varint at byte {pos}: {exc}", "bad_varint") from None
+
+
+class VarBytes(engine.Type):
+    """varint length + bytes (CreateTopic's configuration)."""
+
+    __slots__ = ()
+
+    def read(self, buf: Buffer, pos: int) -> tuple[bytes, int]:
+        n, pos = _read_varint(buf, pos)
+        if pos + n > len(buf):
+            raise WIRE.short("config", pos, n, len(buf))
+        return bytes(buf[pos : pos + n]), pos + n
+
+    def write(self, value: bytes, out: list[Buffer]) -> None:
+        out.append(varint(len(value)))
+        out.append(value)
+
+
+class PartitionIds(engine.Type):
+    """The rest of the payload as u16 partition ids; nothing left reads as None (all)."""
+
+    __slots__ = ()
+
+    def read(self, buf: Buffer, pos: int) -> tuple[list[int] | None, int]:
+        rest = len(buf) - pos
+        if not rest:
+            return None, pos
+        if rest % 2:
+            raise RemoteProtocolError("discover_partitions: odd partition list", "truncated")
+        return [U16.unpack_from(buf, p)[0] for p in range(pos, len(buf), 2)], len(buf)
+
+    def write(self, value: list[int] | None, out: list[Buffer]) -> None:
+        for p in value or ():
+            UINT16.write(p, out)
+
+
+class PartitionBundle(engine.Type):
+    """``partition u16 · bundle length varint · [base seqnum u64] · bundle``; read validates
+    the bundle (:func:`scan_bundle`), as the broker does before appending it."""
+
+    __slots__ = ("with_seqnum",)
+
+    def __init__(self, with_seqnum: bool) -> None:
+        self.with_seqnum = with_seqnum
+
+    def read(self, buf: Buffer, pos: int) -> tuple[ProducePartition, int]:
+        end = len(buf)
+        if pos + 2 > end:
+            raise WIRE.short("produce partition", pos, 2, end)
+        (partition,) = U16.unpack_from(buf, pos)
+        blen, pos = _read_varint(buf, pos + 2)
+        base = 0
+        if self.with_seqnum:
+            base, pos = UINT64.read(buf, pos)
+        if blen > end - pos:
+            raise RemoteProtocolError(
+                f"produce: bundle of {blen} bytes but {end - pos} left in the frame",
+                "bundle_too_long",
+            )
+        bundle = bytes(buf[pos : pos + blen])  # the frame is bytes: the same object, no copy
+        try:
+            info = scan_bundle(bundle)
+        except BundleError as exc:
+            raise RemoteProtocolError(
+                f"produce partition {partition}: {exc}", "bad_bundle"
+            ) from None
+        return ProducePartition(partition, bundle, base, info), pos + blen
+
+    def write(self, value: ProducePartition, out: list[Buffer]) -> None:
+        try:
+            out.append(U16.pack(value.partition))
+        except struct.error as exc:
+            raise LocalProtocolError(f"partition {value.partition!r}: {exc}") from None
+        out.append(varint(len(value.bundle)))
+        if self.with_seqnum:
+            UINT64.write(value.base_seqnum, out)
+        out.append(value.bundle)
+
+
+class Watermarks(engine.Type):
+    """A DiscoverPartitions entry: ``first_available u64 · hwmark u64``, or both U64_MAX then
+    an error code (and the leader's ``addr u32 · port u16`` for DP_OTHER_LEADER)."""
+
+    __slots__ = ()
+
+    def read(self, buf: Buffer, pos: int) -> tuple[PartitionWatermarks, int]:
+        first, pos = UINT64.read(buf, pos)
+        hwmark, pos = UINT64.read(buf, pos)
+        if first != U64_MAX or hwmark != U64_MAX:
+            return PartitionWatermarks(first, hwmark), pos
+        err, pos = UINT8.read(buf, pos)
+        leader = None
+        if err == DP_OTHER_LEADER:
+            addr, pos = UINT32.read(buf, pos)
+            port, pos = UINT16.read(buf, pos)
+            leader = (addr, port)
+        return PartitionWatermarks(first, hwmark, err, leader), pos
+
+    def write(self, value: PartitionWatermarks, out: list[Buffer]) -> None:
+        if not value.err:
+            out.append(U64.pack(value.first_available) + U64.pack(value.hwmark))
+            return
+        out.append(U64.pack(U64_MAX) + U64.pack(U64_MAX) + U8.pack(value.err))
+        if value.err == DP_OTHER_LEADER:
+            addr, port = value.leader or (0, 0)
+            out.append(U32.pack(addr) + U16.pack(port))
+
+
+class Status(engine.Type):
+    """The Status answer: ``request_id u32 · flags u8 · cluster_aware u8 · topics u32 ·
+    partitions u32 · [cluster flags u8 · name str8 · nodes u32] · open_partitions u32 ·
+    open_time u32 · startup_ts u32 · version u32``."""
+
+    __slots__ = ()
+
+    HEAD = engine.layout(
+        "StatusHead",
+        ("request_id", UINT32),
+        ("flags", UINT8),
+        ("cluster_aware", FLAG),
+        ("topics", UINT32),
+        ("partitions", UINT32),
+        (
+            "cluster",
+            engine.When(
+                lambda v: v["cluster_aware"],
+                engine.layout("Cluster", ("flags", UINT8), ("name", STR8), ("nodes", UINT32)),
+                None,
+            ),
+        ),
+        ("open_partitions", UINT32),
+        ("open_time", UINT32),
+        ("startup_ts", UINT32),
+        ("version", UINT32),
+    )
+
+    def read(self, buf: Buffer, pos: int) -> tuple[StatusResponse, int]:
+        h, pos = self.HEAD.read(buf, pos)
+        cluster = tuple(h.cluster) if h.cluster is not None else None
+        return StatusResponse(
+            h.request_id,
+            h.topics,
+            h.partitions,
+            h.open_partitions,
+            h.open_time,
+            h.startup_ts,
+            h.version,
+            h.flags,
+            cluster,
+        ), pos
+
+    def write(self, value: StatusResponse, out: list[Buffer]) -> None:
+        self.HEAD.write(
+            (
+                value.request_id,
+                value.flags,
+                bool(value.cluster),
+                value.topics,
+                value.partitions,
+                value.cluster,
+                value.open_partitions,
+                value.open_time,
+                value.startup_ts & 0xFFFFFFFF,
+                value.version,
+            ),
+            out,
+        )
+
+
+class TopicList(engine.Type):
+    """DiscoverTopics' answer after the request id: ``count u32 · cluster_aware u8`` then the
+    entries, ``name str8 · enabled u8 · partitions u16 · [rf u8 when cluster-aware]``."""
+
+    __slots__ = ()
+
+    ENTRY = Layout(
+        "TopicEntry", [("name", STR8), ("enabled", FLAG), ("partitions", UINT16)], TopicEntry
+    )
+    ENTRY_RF = Layout("TopicEntry", [*ENTRY.fields, ("rf", UINT8)], TopicEntry)
+
+    def read(self, buf: Buffer, pos: int) -> tuple[tuple[list[TopicEntry], bool], int]:
+        count, pos = UINT32.read(buf, pos)
+        aware, pos = FLAG.read(buf, pos)
+        entry = self.ENTRY_RF if aware else self.ENTRY
+        out = []
+        for _ in range(count):
+            e, pos = entry.read(buf, pos)
+            out.append(e)
+        return (out, aware), pos
+
+    def write(self, value: tuple[list[TopicEntry], bool], out: list[Buffer]) -> None:
+        entries, aware = value
+        UINT32.write(len(entries), out)
+        FLAG.write(aware, out)
+        entry = self.ENTRY_RF if aware else self.ENTRY
+        for e in entries:
+            if aware and e.rf is None:
+                e = TopicEntry(e.name, e.enabled, e.partitions, 0)
+            entry.write(e, out)
+
+
+class Topology(engine.Type):
+    """The rest of the payload: ``ff ff`` (standalone, None) or a cluster description."""
+
+    __slots__ = ()
+
+    def read(self, buf: Buffer, pos: int) -> tuple[bytes | None, int]:
+        rest = bytes(buf[pos:])
+        return (None if rest == b"\xff\xff" else rest), len(buf)
+
+    def write(self, value: bytes | None, out: list[Buffer]) -> None:
+        out.append(b"\xff\xff" if value is None else value)
+
+
+# ----------------------------------------------------------------------------- layouts
+
+
+def _msg(name: str, cls: Any, *fields: tuple[str, Any]) -> Layout:
+    return Layout(name, fields, cls, wire=WIRE)
+
+
+def _produce(with_seqnum: bool) -> Layout:
+    partitions = engine.Array(PartitionBundle(with_seqnum), UINT8)
+    topic = _msg("ProduceTopic", ProduceTopic, ("name", STR8), ("partitions", partitions))
+    return _msg(
+        "ProduceRequest",
+        functools.partial(ProduceRequest, with_seqnum=with_seqnum),
+        ("client_version", UINT16),
+        ("request_id", UINT32),
+        ("client_id", BYTES8),
+        ("required_acks", UINT8),
+        ("ack_timeout_ms", UINT32),
+        ("topics", engine.Array(topic, UINT8)),
+    )
+
+
+CONSUME_PARTITION = _msg(
+    "ConsumePartitionRequest",
+    ConsumePartitionRequest,
+    ("partition", UINT16),
+    ("seq", UINT64),
+    ("fetch_size", UINT32),
+)
+CONSUME_TOPIC = _msg(
+    "ConsumeTopic",
+    ConsumeTopic,
+    ("name", STR8),
+    ("partitions", engine.Array(CONSUME_PARTITION, UINT8)),
+)
+_TOPIC_ONLY = (("request_id", UINT32), ("topic", STR8))
+
+REQUESTS = engine.Table(
+    (msg_id, 0, 0, lay)
+    for msg_id, lay in {
+        MsgId.PRODUCE: _produce(with_seqnum=False),
+        MsgId.PRODUCE_WITH_SEQNUM: _produce(with_seqnum=True),
+        MsgId.CONSUME: _msg(
+            "ConsumeRequest",
+            ConsumeRequest,
+            ("client_version", UINT16),
+            ("request_id", UINT32),
+            ("client_id", BYTES8),
+            ("max_wait_ms", UINT64),
+            ("min_bytes", UINT32),
+            ("flags", engine.When(lambda v: v["client_version"] >= 3, UINT8, 0)),
+            ("topics", engine.Array(CONSUME_TOPIC, UINT8)),
+        ),
+        MsgId.DISCOVER_PARTITIONS: _msg(
+            "DiscoverPartitionsRequest",
+            DiscoverPartitionsRequest,
+            *_TOPIC_ONLY,
+            ("partitions", PartitionIds()),
+        ),
+        MsgId.CREATE_TOPIC: _msg(
+            "CreateTopicRequest",
+            CreateTopicRequest,
+            *_TOPIC_ONLY,
+            ("partitions", UINT16),
+            ("config", VarBytes()),
+        ),
+        MsgId.RELOAD_CONF: _msg(
+            "ReloadConfRequest", ReloadConfRequest, *_TOPIC_ONLY, ("partition", UINT16)
+        ),
+        MsgId.STATUS: _msg("StatusRequest", StatusRequest, ("request_id", UINT32)),
+        MsgId.DISCOVER_TOPICS: _msg(
+            "DiscoverTopicsRequest",
+            DiscoverTopicsRequest,
+            ("request_id", UINT32),
+            ("flags", engine.Optional(UINT8, 0)),
+        ),
+        MsgId.DISCOVER_TOPOLOGY: _msg(
+            "DiscoverTopologyRequest",
+            DiscoverTopologyRequest,
+            ("request_id", UINT32),
+            ("flags", engine.Optional(UINT8, 0)),
+        ),
+    }.items()
+)
+"""Each request's payload by message id (TANK has no versions: version 0)."""
+
+_REQUEST_IDS: dict[type, int] = {
+    ConsumeRequest: MsgId.CONSUME,
+    DiscoverPartitionsRequest: MsgId.DISCOVER_PARTITIONS,
+    CreateTopicRequest: MsgId.CREATE_TOPIC,
+    ReloadConfRequest: MsgId.RELOAD_CONF,
+    StatusRequest: MsgId.STATUS,
+    DiscoverTopicsRequest: MsgId.DISCOVER_TOPICS,
+    DiscoverTopologyRequest: MsgId.DISCOVER_TOPOLOGY,
+}
+
+
+class _Answer:
+    """A response whose wire shape does not map field by field: ``to_wire`` / ``from_wire``
+    convert between the event and the values of ``layout``."""
+
+    __slots__ = ("layout", "to_wire", "from_wire")
+
+    def __init__(self, layout: Layout, to_wire: Any, from_wire: Any) -> None:
+        self.layout = layout
+        self.to_wire = to_wire
+        self.from_wire = from_wire
+
+    def read(self, buf: Buffer, pos: int) -> tuple[Any, int]:
+        value, pos = self.layout.read(buf, pos)
+        return self.from_wire(value), pos
+
+    def write(self, value: Any, out: list[Buffer]) -> None:
+        self.layout.write(self.to_wire(value), out)
+
+
+RESPONSES = engine.Table(
+    (msg_id, 0, 0, lay)
+    for msg_id, lay in {
+        MsgId.DISCOVER_PARTITIONS: _msg(
+            "DiscoverPartitionsResponse",
+            DiscoverPartitionsResponse,
+            *_TOPIC_ONLY,
+            ("partitions", engine.Array(Watermarks(), UINT16)),
+        ),
+        MsgId.CREATE_TOPIC: _msg(
+            "CreateTopicResponse", CreateTopicResponse, *_TOPIC_ONLY, ("err", UINT8)
+        ),
+        MsgId.RELOAD_CONF: _msg(
+            "ReloadConfResponse",
+            ReloadConfResponse,
+            *_TOPIC_ONLY,
+            ("partition", UINT16),
+            ("err", UINT8),
+        ),
+        MsgId.STATUS: Status(),
+        MsgId.DISCOVER_TOPICS: _Answer(
+            engine.layout("DiscoverTopics", ("request_id", UINT32), ("topics", TopicList())),
+            lambda r: (r.request_id, (r.topics, r.cluster_aware)),
+            lambda v: DiscoverTopicsResponse(v.request_id, v.topics[0], v.topics[1]),
+        ),
+        MsgId.DISCOVER_TOPOLOGY: _msg(
+            "DiscoverTopologyResponse",
+            DiscoverTopologyResponse,
+            ("request_id", UINT32),
+            ("cluster", Topology()),
+        ),
+    }.items()
+)
+"""Each response's payload by message id, but for Produce and Consume (below)."""
+
+_RESPONSE_IDS: dict[type, int] = {
+    DiscoverPartitionsResponse: MsgId.DISCOVER_PARTITIONS,
+    CreateTopicResponse: MsgId.CREATE_TOPIC,
+    ReloadConfResponse: MsgId.RELOAD_CONF,
+    StatusResponse: MsgId.STATUS,
+    DiscoverTopicsResponse: MsgId.DISCOVER_TOPICS,
+    DiscoverTopologyResponse: MsgId.DISCOVER_TOPOLOGY,
+}
 
 
 def frame(msg_id: int, payload: bytes | bytearray | memoryview) -> bytes:
@@ -426,209 +514,144 @@ def frame(msg_id: int, payload: bytes | bytearray | memoryview) -> bytes:
 
 def decode_request(msg_id: int, payload: bytes) -> Request:
     """A request from a client frame (server role). Produce bundles are validated here."""
-    if msg_id in (MsgId.PRODUCE, MsgId.PRODUCE_WITH_SEQNUM):
-        return _decode_produce(payload, msg_id == MsgId.PRODUCE_WITH_SEQNUM)
-    r = _Reader(payload, f"request {msg_id:#04x}")
-    req: Request
-    if msg_id == MsgId.CONSUME:
-        version = r.u16()
-        request_id = r.u32()
-        client_id = r.bytes8()
-        max_wait = r.u64()
-        min_bytes = r.u32()
-        flags = r.u8() if version >= 3 else 0
-        topics = []
-        for _ in range(r.u8()):
-            name = r.str8()
-            parts = [ConsumePartitionRequest(r.u16(), r.u64(), r.u32()) for _ in range(r.u8())]
-            topics.append(ConsumeTopic(name, parts))
-        req = ConsumeRequest(request_id, topics, max_wait, min_bytes, version, client_id, flags)
-    elif msg_id == MsgId.DISCOVER_PARTITIONS:
-        request_id = r.u32()
-        topic = r.str8()
-        ids = None
-        if r.remaining:
-            if r.remaining % 2:
-                raise RemoteProtocolError("discover_partitions: odd partition list", "truncated")
-            ids = [r.u16() for _ in range(r.remaining // 2)]
-        req = DiscoverPartitionsRequest(request_id, topic, ids)
-    elif msg_id == MsgId.CREATE_TOPIC:
-        request_id = r.u32()
-        topic = r.str8()
-        partitions = r.u16()
-        config = r.raw(r.varint())
-        req = CreateTopicRequest(request_id, topic, partitions, config)
-    elif msg_id == MsgId.RELOAD_CONF:
-        req = ReloadConfRequest(r.u32(), r.str8(), r.u16())
-    elif msg_id == MsgId.STATUS:
-        req = StatusRequest(r.u32())
-    elif msg_id == MsgId.DISCOVER_TOPICS:
-        request_id = r.u32()
-        req = DiscoverTopicsRequest(request_id, r.u8() if r.remaining else 0)
-    elif msg_id == MsgId.DISCOVER_TOPOLOGY:
-        request_id = r.u32()
-        req = DiscoverTopologyRequest(request_id, r.u8() if r.remaining else 0)
-    else:
+    body = REQUESTS.get(msg_id)
+    if body is None:
         raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
-    r.done()
-    return req
-
-
-def _decode_produce(payload: bytes, with_seqnum: bool) -> ProduceRequest:
-    r = _Reader(payload, "produce")
-    version = r.u16()
-    request_id = r.u32()
-    client_id = r.bytes8()
-    acks = r.u8()
-    timeout = r.u32()
-    topics = []
-    for _ in range(r.u8()):
-        name = r.str8()
-        parts = []
-        for _ in range(r.u8()):
-            partition = r.u16()
-            blen = r.varint()
-            base = r.u64() if with_seqnum else 0
-            if blen > r.remaining:
-                raise RemoteProtocolError(
-                    f"produce: bundle of {blen} bytes but {r.remaining} left in the frame",
-                    "bundle_too_long",
-                )
-            bundle = r.raw(blen)
-            try:
-                info = scan_bundle(bundle)
-            except BundleError as exc:
-                raise RemoteProtocolError(
-                    f"produce {name}/{partition}: {exc}", "bad_bundle"
-                ) from None
-            parts.append(ProducePartition(partition, bundle, base, info))
-        topics.append(ProduceTopic(name, parts))
-    r.done()
-    return ProduceRequest(request_id, topics, with_seqnum, version, client_id, acks, timeout)
+    return body.decode(payload, exact=True)
 
 
 def encode_request(req: Request) -> bytes:
     """Client role."""
-    if isinstance(req, ProduceRequest):
-        out = [
-            U16.pack(req.client_version),
-            U32.pack(req.request_id),
-            _bytes8(req.client_id),
-            U8.pack(req.required_acks),
-            U32.pack(req.ack_timeout_ms),
-            U8.pack(len(req.topics)),
-        ]
-        for t in req.topics:
-            out += [_str8(t.name), U8.pack(len(t.partitions))]
-            for p in t.partitions:
-                out += [U16.pack(p.partition), varint(len(p.bundle))]
-                if req.with_seqnum:
-                    out.append(U64.pack(p.base_seqnum))
-                out.append(p.bundle)
-        return frame(req.msg_id, b"".join(out))
-    if isinstance(req, ConsumeRequest):
-        out = [
-            U16.pack(req.client_version),
-            U32.pack(req.request_id),
-            _bytes8(req.client_id),
-            U64.pack(req.max_wait_ms),
-            U32.pack(req.min_bytes),
-        ]
-        if req.client_version >= 3:
-            out.append(U8.pack(req.flags))
-        out.append(U8.pack(len(req.topics)))
-        for ct in req.topics:
-            out += [_str8(ct.name), U8.pack(len(ct.partitions))]
-            for cp in ct.partitions:
-                out += [U16.pack(cp.partition), U64.pack(cp.seq), U32.pack(cp.fetch_size)]
-        return frame(MsgId.CONSUME, b"".join(out))
-    if isinstance(req, DiscoverPartitionsRequest):
-        body = U32.pack(req.request_id) + _str8(req.topic)
-        if req.partitions:
-            body += b"".join(U16.pack(p) for p in req.partitions)
-        return frame(MsgId.DISCOVER_PARTITIONS, body)
-    if isinstance(req, CreateTopicRequest):
-        body = (
-            U32.pack(req.request_id)
-            + _str8(req.topic)
-            + U16.pack(req.partitions)
-            + varint(len(req.config))
-            + req.config
-        )
-        return frame(MsgId.CREATE_TOPIC, body)
-    if isinstance(req, ReloadConfRequest):
-        body = U32.pack(req.request_id) + _str8(req.topic) + U16.pack(req.partition)
-        return frame(MsgId.RELOAD_CONF, body)
-    if isinstance(req, StatusRequest):
-        return frame(MsgId.STATUS, U32.pack(req.request_id))
-    if isinstance(req, DiscoverTopicsRequest):
-        return frame(MsgId.DISCOVER_TOPICS, U32.pack(req.request_id) + U8.pack(req.flags))
-    if isinstance(req, DiscoverTopologyRequest):
-        return frame(MsgId.DISCOVER_TOPOLOGY, U32.pack(req.request_id) + U8.pack(req.flags))
-    raise LocalProtocolError(f"not a TANK request: {req!r}")
+    msg_id = req.msg_id if isinstance(req, ProduceRequest) else _REQUEST_IDS.get(type(req))
+    if msg_id is None:
+        raise LocalProtocolError(f"not a TANK request: {req!r}")
+    return frame(msg_id, REQUESTS.get(msg_id).encode(req))
 
 
 # ----------------------------------------------------------------------------- responses
+#
+# A Produce answer is positional (a status per partition of the request, or one 0xff for an
+# unknown topic, plus the leader's address after P_OTHER_LEADER), so decoding it needs the
+# request; both directions are written here, side by side.
+
+
+def _encode_produce_response(resp: ProduceResponse) -> bytes:
+    out = bytearray(U32.pack(resp.request_id))
+    for t in resp.topics:
+        if t.statuses is None:
+            out.append(P_UNKNOWN_TOPIC)
+        else:
+            out += bytes(t.statuses)
+    return frame(MsgId.PRODUCE, out)
+
+
+def _decode_produce_response(payload: bytes, request: ProduceRequest) -> ProduceResponse:
+    request_id, pos = UINT32.read(payload, 0)
+    results = []
+    for t in request.topics:
+        statuses: list[int] | None = []
+        for i in range(len(t.partitions)):
+            status, pos = UINT8.read(payload, pos)
+            if status == P_UNKNOWN_TOPIC and i == 0:
+                statuses = None
+                break
+            if status == P_OTHER_LEADER:
+                _, pos = UINT32.read(payload, pos)
+                _, pos = UINT16.read(payload, pos)
+            assert statuses is not None
+            statuses.append(status)
+        results.append(ProduceTopicResult(t.name, statuses))
+    if pos != len(payload):
+        raise RemoteProtocolError(
+            f"produce response: {len(payload) - pos} bytes after it", "trailing_bytes"
+        )
+    return ProduceResponse(request_id, results, request.with_seqnum)
 
 
 def encode_response(resp: Response) -> bytes:
     """Server role."""
     if isinstance(resp, ProduceResponse):
-        out = bytearray(U32.pack(resp.request_id))
-        for t in resp.topics:
-            if t.statuses is None:
-                out.append(P_UNKNOWN_TOPIC)
-            else:
-                out += bytes(t.statuses)
-        return frame(MsgId.PRODUCE, out)
+        return _encode_produce_response(resp)
     if isinstance(resp, ConsumeResponse):
         return encode_consume_response(resp)
-    if isinstance(resp, DiscoverPartitionsResponse):
-        out = bytearray(U32.pack(resp.request_id))
-        out += _str8(resp.topic)
-        out += U16.pack(len(resp.partitions))
-        for w in resp.partitions:
-            if w.err:
-                out += U64.pack(U64_MAX) + U64.pack(U64_MAX) + U8.pack(w.err)
-                if w.err == DP_OTHER_LEADER:
-                    addr, port = w.leader or (0, 0)
-                    out += U32.pack(addr) + U16.pack(port)
-            else:
-                out += U64.pack(w.first_available) + U64.pack(w.hwmark)
-        return frame(MsgId.DISCOVER_PARTITIONS, out)
-    if isinstance(resp, CreateTopicResponse):
-        body = U32.pack(resp.request_id) + _str8(resp.topic) + U8.pack(resp.err)
-        return frame(MsgId.CREATE_TOPIC, body)
-    if isinstance(resp, ReloadConfResponse):
-        body = (
-            U32.pack(resp.request_id)
-            + _str8(resp.topic)
-            + U16.pack(resp.partition)
-            + U8.pack(resp.err)
+    msg_id = _RESPONSE_IDS.get(type(resp))
+    if msg_id is None:
+        raise LocalProtocolError(f"not a TANK response: {resp!r}")
+    out: list[Buffer] = []
+    RESPONSES.get(msg_id).write(resp, out)
+    return frame(msg_id, b"".join(out))
+
+
+def decode_response(msg_id: int, payload: bytes, request: Request | None = None) -> Response:
+    """A response from a broker frame (client role). A produce response needs its request
+    (the statuses are positional)."""
+    if msg_id in (MsgId.PRODUCE, MsgId.PRODUCE_WITH_SEQNUM):
+        if not isinstance(request, ProduceRequest):
+            raise LocalProtocolError("decoding a produce response needs its request")
+        return _decode_produce_response(payload, request)
+    if msg_id == MsgId.CONSUME:
+        return decode_consume_response(payload)
+    body = RESPONSES.get(msg_id)
+    if body is None:
+        raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
+    value, end = body.read(payload, 0)
+    if end != len(payload):
+        raise RemoteProtocolError(f"response {msg_id:#04x}: bytes after it", "trailing_bytes")
+    return value
+
+
+# ----------------------------------------------------------------------------- consume (hot path)
+
+
+def decode_consume_response(payload: bytes) -> ConsumeResponse:
+    """The hand-written reader of :func:`consume_response_pieces`' output (client role):
+    ``header_len u32 · header · chunks``, each partition's chunk after the header in order."""
+    header_len, _ = UINT32.read(payload, 0)
+    chunk_pos = 4 + header_len
+    if chunk_pos > len(payload):
+        raise RemoteProtocolError("consume response: header longer than the frame", "truncated")
+    h = payload[:chunk_pos]
+    request_id, pos = UINT32.read(h, 4)
+    count_topics, pos = UINT8.read(h, pos)
+    topics = []
+    for _ in range(count_topics):
+        name, pos = STR8.read(h, pos)
+        assert name is not None  # STR8 is not nullable
+        count, pos = UINT8.read(h, pos)
+        if count and len(h) - pos >= 2 and h[pos : pos + 2] == b"\xff\xff":
+            pos += 2
+            topics.append(ConsumeTopicResult(name, None, count))
+            continue
+        parts = []
+        for _ in range(count):
+            pid, pos = UINT16.read(h, pos)
+            err, pos = UINT8.read(h, pos)
+            p = ConsumePartitionResult(pid, err)
+            if err in (C_OK, C_SPARSE):
+                if err == C_OK:
+                    p.base_seq, pos = UINT64.read(h, pos)
+                p.hwmark, pos = UINT64.read(h, pos)
+                clen, pos = UINT32.read(h, pos)
+                if chunk_pos + clen > len(payload):
+                    raise RemoteProtocolError("consume response: chunk past the end", "truncated")
+                p.chunk = payload[chunk_pos : chunk_pos + clen]
+                chunk_pos += clen
+            elif err == C_BOUNDARY:
+                _, pos = UINT64.read(h, pos)
+                p.hwmark, pos = UINT64.read(h, pos)
+                _, pos = UINT32.read(h, pos)
+                p.first_available, pos = UINT64.read(h, pos)
+            elif err == C_OTHER_LEADER:
+                addr, pos = UINT32.read(h, pos)
+                port, pos = UINT16.read(h, pos)
+                p.leader = (addr, port)
+            parts.append(p)
+        topics.append(ConsumeTopicResult(name, parts, count))
+    if pos != len(h):
+        raise RemoteProtocolError(
+            f"consume response header: {len(h) - pos} bytes after the message", "trailing_bytes"
         )
-        return frame(MsgId.RELOAD_CONF, body)
-    if isinstance(resp, StatusResponse):
-        out = bytearray(U32.pack(resp.request_id))
-        out += U8.pack(resp.flags) + U8.pack(1 if resp.cluster else 0)
-        out += U32.pack(resp.topics) + U32.pack(resp.partitions)
-        if resp.cluster:
-            cflags, cname, nodes = resp.cluster
-            out += U8.pack(cflags) + _str8(cname) + U32.pack(nodes)
-        out += U32.pack(resp.open_partitions) + U32.pack(resp.open_time)
-        out += U32.pack(resp.startup_ts & 0xFFFFFFFF) + U32.pack(resp.version)
-        return frame(MsgId.STATUS, out)
-    if isinstance(resp, DiscoverTopicsResponse):
-        out = bytearray(U32.pack(resp.request_id))
-        out += U32.pack(len(resp.topics)) + U8.pack(1 if resp.cluster_aware else 0)
-        for e in resp.topics:
-            out += _str8(e.name) + U8.pack(1 if e.enabled else 0) + U16.pack(e.partitions)
-            if resp.cluster_aware:
-                out += U8.pack(e.rf or 0)
-        return frame(MsgId.DISCOVER_TOPICS, out)
-    if isinstance(resp, DiscoverTopologyResponse):
-        body = U32.pack(resp.request_id) + (b"\xff\xff" if resp.cluster is None else resp.cluster)
-        return frame(MsgId.DISCOVER_TOPOLOGY, body)
-    raise LocalProtocolError(f"not a TANK response: {resp!r}")
+    return ConsumeResponse(request_id, topics)
 
 
 def encode_consume_response(resp: ConsumeResponse) -> bytes:
@@ -666,146 +689,6 @@ def consume_response_pieces(resp: ConsumeResponse) -> list[bytes | memoryview]:
                 header += U32.pack(addr) + U16.pack(port)
     size = 4 + len(header) + sum(len(c) for c in chunks)
     return [FRAME.pack(MsgId.CONSUME, size), U32.pack(len(header)), bytes(header), *chunks]
-
-
-def decode_response(msg_id: int, payload: bytes, request: Request | None = None) -> Response:
-    """A response from a broker frame (client role). A produce response needs its request
-    (the statuses are positional)."""
-    r = _Reader(payload, f"response {msg_id:#04x}")
-    resp: Response
-    if msg_id in (MsgId.PRODUCE, MsgId.PRODUCE_WITH_SEQNUM):
-        if not isinstance(request, ProduceRequest):
-            raise LocalProtocolError("decoding a produce response needs its request")
-        request_id = r.u32()
-        results = []
-        for t in request.topics:
-            statuses: list[int] | None = []
-            for i in range(len(t.partitions)):
-                status = r.u8()
-                if status == P_UNKNOWN_TOPIC and i == 0:
-                    statuses = None
-                    break
-                if status == P_OTHER_LEADER:
-                    r.u32(), r.u16()
-                assert statuses is not None
-                statuses.append(status)
-            results.append(ProduceTopicResult(t.name, statuses))
-        resp = ProduceResponse(request_id, results, request.with_seqnum)
-    elif msg_id == MsgId.CONSUME:
-        return decode_consume_response(payload)
-    elif msg_id == MsgId.DISCOVER_PARTITIONS:
-        request_id = r.u32()
-        topic = r.str8()
-        parts = []
-        for _ in range(r.u16()):
-            first, hw = r.u64(), r.u64()
-            if first == U64_MAX and hw == U64_MAX:
-                err = r.u8()
-                leader = (r.u32(), r.u16()) if err == DP_OTHER_LEADER else None
-                parts.append(PartitionWatermarks(first, hw, err, leader))
-            else:
-                parts.append(PartitionWatermarks(first, hw))
-        resp = DiscoverPartitionsResponse(request_id, topic, parts)
-    elif msg_id == MsgId.CREATE_TOPIC:
-        resp = CreateTopicResponse(r.u32(), r.str8(), r.u8())
-    elif msg_id == MsgId.RELOAD_CONF:
-        resp = ReloadConfResponse(r.u32(), r.str8(), r.u16(), r.u8())
-    elif msg_id == MsgId.STATUS:
-        request_id = r.u32()
-        flags = r.u8()
-        cluster_aware = r.u8()
-        topics, partitions = r.u32(), r.u32()
-        cluster = (r.u8(), r.str8(), r.u32()) if cluster_aware else None
-        resp = StatusResponse(
-            request_id, topics, partitions, r.u32(), r.u32(), r.u32(), r.u32(), flags, cluster
-        )
-    elif msg_id == MsgId.DISCOVER_TOPICS:
-        request_id = r.u32()
-        count = r.u32()
-        aware = bool(r.u8())
-        entries = []
-        for _ in range(count):
-            name = r.str8()
-            enabled = bool(r.u8())
-            nparts = r.u16()
-            entries.append(TopicEntry(name, enabled, nparts, r.u8() if aware else None))
-        resp = DiscoverTopicsResponse(request_id, entries, aware)
-    elif msg_id == MsgId.DISCOVER_TOPOLOGY:
-        request_id = r.u32()
-        rest = r.raw(r.remaining)
-        resp = DiscoverTopologyResponse(request_id, None if rest == b"\xff\xff" else rest)
-    else:
-        raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
-    r.done()
-    return resp
-
-
-def decode_consume_response(payload: bytes) -> ConsumeResponse:
-    r = _Reader(payload, "consume response")
-    header_len = r.u32()
-    chunk_pos = 4 + header_len
-    if chunk_pos > len(payload):
-        raise RemoteProtocolError("consume response: header longer than the frame", "truncated")
-    h = _Reader(payload[:chunk_pos], "consume response header")
-    h.pos = 4
-    request_id = h.u32()
-    topics = []
-    for _ in range(h.u8()):
-        name = h.str8()
-        count = h.u8()
-        if count and h.remaining >= 2 and payload[h.pos : h.pos + 2] == b"\xff\xff":
-            h.pos += 2
-            topics.append(ConsumeTopicResult(name, None, count))
-            continue
-        parts = []
-        for _ in range(count):
-            pid = h.u16()
-            err = h.u8()
-            p = ConsumePartitionResult(pid, err)
-            if err in (C_OK, C_SPARSE):
-                if err == C_OK:
-                    p.base_seq = h.u64()
-                p.hwmark = h.u64()
-                clen = h.u32()
-                if chunk_pos + clen > len(payload):
-                    raise RemoteProtocolError("consume response: chunk past the end", "truncated")
-                p.chunk = payload[chunk_pos : chunk_pos + clen]
-                chunk_pos += clen
-            elif err == C_BOUNDARY:
-                h.u64()
-                p.hwmark = h.u64()
-                h.u32()
-                p.first_available = h.u64()
-            elif err == C_OTHER_LEADER:
-                p.leader = (h.u32(), h.u16())
-            parts.append(p)
-        topics.append(ConsumeTopicResult(name, parts, count))
-    h.done()
-    return ConsumeResponse(request_id, topics)
-
-
-def decode_chunk(chunk: bytes | memoryview, base_seq: int) -> list[TankMessage]:
-    """The complete messages of a consume chunk (``bundle_len varint · bundle`` repeated); a
-    partial last bundle, which the broker may send, is dropped (TankClient::process_consume)."""
-    out: list[TankMessage] = []
-    pos = 0
-    end = len(chunk)
-    seq = base_seq
-    while pos < end:
-        try:
-            blen, body = read_varint(chunk, pos, end)
-        except BundleError:
-            break  # cut inside the length
-        if body + blen > end:
-            break
-        try:
-            header, msgs = decode_bundle(chunk, body, body + blen, seq)
-        except BundleError as exc:
-            raise RemoteProtocolError(f"consume chunk: {exc}", "bad_bundle") from None
-        out.extend(msgs)
-        seq = (header.last_seq if header.sparse else seq + header.count - 1) + 1
-        pos = body + blen
-    return out
 
 
 # ----------------------------------------------------------------------------- connection
