@@ -84,11 +84,17 @@ def _error(ctx: KafkaContext, api: str, exc: GatewayError, **fields: Any) -> K:
 # ---------------------------------------------------------------------------- topic configs
 
 
-def topic_configs(ctx: KafkaContext, name: str, config: tuple[tuple[str, str], ...]) -> list:
+ConfigRow = tuple[str, str, int, int]
+"""(name, value, source, type) of one config DescribeConfigs answers."""
+
+
+def topic_configs(
+    ctx: KafkaContext, name: str, config: tuple[tuple[str, str], ...]
+) -> list[ConfigRow]:
     """(name, value, source, type) of every config the gateway knows for topic ``name``."""
     own = dict(config)
     backend_config = getattr(ctx.core.router.backend_for(name), "config", None)
-    rows = []
+    rows: list[ConfigRow] = []
     for kafka_name, key in TOPIC_KEYS.items():
         default = getattr(backend_config, key, None)
         if key in own:
@@ -103,7 +109,7 @@ def topic_configs(ctx: KafkaContext, name: str, config: tuple[tuple[str, str], .
     return rows
 
 
-def broker_configs(ctx: KafkaContext) -> list:
+def broker_configs(ctx: KafkaContext) -> list[ConfigRow]:
     server = ctx.config.server
     return [
         ("message.max.bytes", str(getattr(ctx.listener, "message_max_bytes", 1_000_012)),
@@ -286,7 +292,7 @@ async def describe_configs(ctx: KafkaContext, header: RequestHeader, request: An
     entry_cls = nested(cls, "DescribeConfigsResourceResult")
     results = []
     for r in request.resources:
-        rows: list = []
+        rows: list[ConfigRow] = []
         code, message = K.none, None
         try:
             if r.resource_type == TOPIC_RESOURCE:

@@ -120,7 +120,9 @@ def _read_data(kind: str, data: bytes) -> Any:
     return entity
 
 
-def subscribed_topics(protocol_type: str, protocols: tuple[tuple[str, bytes], ...]) -> tuple:
+def subscribed_topics(
+    protocol_type: str, protocols: tuple[tuple[str, bytes], ...]
+) -> tuple[str, ...]:
     """The topics a consumer's subscription names (empty for other protocol types or what
     does not parse: the metadata stays opaque to the coordinator)."""
     if protocol_type != CONSUMER or not protocols:
