@@ -193,8 +193,15 @@ class ClassicGroups:
         return group
 
     def _forget_if_empty(self, group: ClassicGroup) -> None:
+        """Drop a group without members, and its metric series (a client naming ever new
+        groups must not grow the metrics page)."""
         if not group.members and not group.pending and self.groups.get(group.name) is group:
             del self.groups[group.name]
+            for metric in (GROUP_MEMBERS, REBALANCES):
+                try:
+                    metric.remove(group.name)
+                except KeyError:  # never set
+                    pass
 
     def _expire(self, group: ClassicGroup) -> None:
         """Drop the members whose session timed out (not those waiting in a call) and the

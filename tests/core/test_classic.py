@@ -22,7 +22,7 @@ from gateway.model import (
     MemberIdRequired,
     SyncGroup,
 )
-from gateway.observability import LIMIT_HITS
+from gateway.observability import GROUP_MEMBERS, LIMIT_HITS
 
 
 def make_core(**kw) -> Core:
@@ -216,6 +216,9 @@ async def test_kafka_groups_are_bounded_and_silent_ones_are_forgotten(
     await trio.sleep(7)  # g1 and g2 went silent: the next new group sweeps them away
     assert (await core.execute(third)).generation == 1
     assert core.classic.names() == ["g3"]
+    # the forgotten groups' metric series went with them
+    series = {s.labels.get("group") for m in GROUP_MEMBERS.collect() for s in m.samples}
+    assert "g3" in series and not {"g1", "g2"} & series
 
 
 async def test_unknown_member_id_is_refused() -> None:
