@@ -49,18 +49,19 @@ def module_file(parts: list[str], root: Path) -> Path | None:
 
 def dotted_exists(name: str, root: Path = REPO_ROOT) -> bool:
     """``gateway.a.b`` is a module or package, or ``gateway.a`` is one that defines ``b`` (and
-    ``b.c`` an attribute of it, not checked further); ``<placeholder>`` parts match any
-    package."""
+    ``b.c`` an attribute of it, not checked further); a ``<placeholder>`` part matches any
+    module or package there."""
     parts = name.split(".")
     if parts[-1] in NOT_MODULES:
         return True  # a file name (``gateway.toml``), not a module
     if any(p.startswith("<") for p in parts):
         at = next(i for i, p in enumerate(parts) if p.startswith("<"))
         parent = root.joinpath(*parts[:at])
+        subs = [p.name for p in parent.iterdir() if (p / "__init__.py").is_file()]
+        subs += [p.stem for p in parent.glob("*.py") if p.stem != "__init__"]
         return any(
-            dotted_exists(".".join([*parts[:at], sub.name, *parts[at + 1 :]]), root)
-            for sub in sorted(parent.iterdir())
-            if (sub / "__init__.py").is_file()
+            dotted_exists(".".join([*parts[:at], sub, *parts[at + 1 :]]), root)
+            for sub in sorted(subs)
         )
     for cut in range(len(parts), 0, -1):
         module = module_file(parts[:cut], root)
@@ -105,6 +106,7 @@ def test_the_checks_catch_a_moved_module(tmp_path: Path) -> None:
     assert not path_exists("gateway/old/gone.py")
     assert dotted_exists("gateway.protocols.<name>.codec")
     assert dotted_exists("gateway.backends.upstream")
+    assert dotted_exists("gateway.backends.upstream.<protocol>.make")
     assert not dotted_exists("gateway.protocols.<name>.no_such_module")
     assert not dotted_exists("gateway.backends.upstream.kafka08_client")
     assert not dotted_exists("gateway.protocols.driver.no_such_function")
