@@ -60,6 +60,13 @@ DRIVERS: list[tuple[str, list[str], str, int, str]] = [
         120,
         KCAT,
     ),
+    (
+        "kafka",
+        ["bench/kafka.py", "--records", "300000", "--runs", "2"],
+        "kafka.json",
+        150,
+        "confluent-kafka (librdkafka 2.16, today's APIs), default batching",
+    ),
     ("tank", ["bench/tank.py"], "tank.json", 120, "in-repo TANK client (codec), 8 in flight"),
     ("iggy", ["bench/iggy.py"], "iggy.json", 120, OWN),
     ("cursus", ["bench/cursus.py"], "cursus.json", 120, OWN),
@@ -185,6 +192,23 @@ def rows_kafka08(d: dict) -> list[Row]:
     return out
 
 
+def rows_kafka(d: dict) -> list[Row]:
+    """Today's Kafka protocol: the gateway (embedded log) beside Tansu, same client."""
+    return [
+        row(
+            "kafka08",
+            "gateway (embedded), today's APIs",
+            op,
+            r["gateway_records_per_s"],
+            r["tansu_records_per_s"],
+            100,
+            "confluent-kafka (librdkafka 2.16), default batching; baseline: Tansu direct",
+            "kafka",
+        )
+        for op, r in d.get("phases", {}).items()
+    ]
+
+
 def rows_tank(d: dict) -> list[Row]:
     out = []
     for comp, r in d.get("runs", {}).items():
@@ -292,12 +316,15 @@ def rows_liftbridge(d: dict) -> list[Row]:
 
 
 def rows_matrix(d: dict) -> list[Row]:
-    """All 25 producer -> consumer pairs together, direct and through each upstream chain."""
+    """All producer -> consumer pairs together, direct and through each upstream chain."""
     rps = d.get("all_pairs_records_per_s", {})
     base = rps.get("direct")
-    gen = "in-repo codec clients"
+    gen = "in-repo codec clients" + (
+        ", confluent-kafka" if "kafka" in d["workload"].get("clients", ()) else ""
+    )
+    label = f"({d['workload']['pairs']} pairs)"
     return [
-        row("(25 pairs)", path, "produce + consume", v, base, 30, gen, "matrix")
+        row(label, path, "produce + consume", v, base, 30, gen, "matrix")
         for path, v in rps.items()
         if path != "direct"
     ]
@@ -317,6 +344,7 @@ def rows_nats_bridge(d: dict) -> list[Row]:
 
 NORMALISERS: dict[str, Callable[[dict], list[Row]]] = {
     "kafka08": rows_kafka08,
+    "kafka": rows_kafka,
     "tank": rows_tank,
     "iggy": rows_pair("iggy", ("send_msgs_per_s", "poll_msgs_per_s")),
     "cursus": rows_pair("cursus", ("produce_msgs_per_s", "consume_msgs_per_s")),
@@ -672,7 +700,7 @@ def report(latest: dict, images: list[str]) -> str:
         "",
         "Baseline: the driver's in-process `Core.execute` run on the same backend type (no "
         "network, no codec), measured in the same run. For `backends` rows the baseline is "
-        "gateway -> embedded, for `embedded_log` rows the memory backend, for `(25 pairs)` rows "
+        "gateway -> embedded, for `embedded_log` rows the memory backend, for `(N pairs)` rows "
         "(bench/matrix.py: every producer -> consumer protocol pair, produce then consume, "
         "records/s over both) the direct path (one gateway) against the chain through an "
         "upstream of that protocol, for `(NATS client)` rows (bench/nats_bridge.py: JetStream "

@@ -82,7 +82,7 @@ def count_complete(chunk: bytes) -> int:
             break
         if body + blen > end:
             break
-        n += parse_header(chunk, body, body + blen).count
+        n += parse_header(chunk, body, body + blen).message_count
         pos = body + blen
     return n
 
@@ -99,7 +99,7 @@ async def baseline(bundles: list[bytes]) -> dict[str, float]:
         batch = RecordBatch(
             encoded=bundle,
             codec=TANK_BUNDLE,
-            count=info.header.count,
+            count=info.header.message_count,
             max_timestamp_us=info.max_ts_ms * 1000,
         )
         await core.execute(Produce("bench", batch, partition=0))

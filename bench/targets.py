@@ -73,7 +73,17 @@ TARGETS: list[Target] = [
             bound,
         )
         for backend in ("embedded", "memory")
-        for op, bound in (("produce", 150_000), ("fetch", 300_000))
+        for op, bound in (("produce", 150_000), ("fetch", 400_000))
+    ),
+    *(
+        Target(
+            f"Kafka {op} with today's APIs (confluent-kafka), gateway over Tansu direct",
+            "kafka",
+            _path("phases", op, "ratio"),
+            bound,
+            unit="x",
+        )
+        for op, bound in (("produce", 0.45), ("fetch", 0.5))
     ),
     *(
         Target(

@@ -74,8 +74,16 @@ class ServerConfig:
     """Kafka consumer groups (client-side assignment) with members on this gateway at once; a
     join that would form one more is refused."""
 
+    max_producer_states: int = 100_000
+    """(Idempotent producer, partition) entries kept for de-duplicating retries (about 200 bytes
+    each); beyond it the least recently used is forgotten."""
+
     def validate(self) -> list[str]:
         problems = []
+        if self.max_producer_states < 1:
+            problems.append(
+                f"server.max_producer_states: got {self.max_producer_states!r}, expected 1 or more"
+            )
         if self.group_assignment not in ("range", "sticky"):
             problems.append(
                 f"server.group_assignment: got {self.group_assignment!r}, "

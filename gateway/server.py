@@ -22,6 +22,7 @@ import trio
 from prometheus_client import Gauge
 
 from gateway import proxy_protocol
+from gateway.allocator import tune_allocator
 from gateway.backends import get_backend_spec
 from gateway.backends.base import Backend
 from gateway.config import ConfigError, GatewayConfig, load_config
@@ -77,7 +78,8 @@ class ListenerState:
     ssl_context: ssl.SSLContext | None = None
     streams: set[GuardedStream] = field(default_factory=set)
     handshaking: int = 0  # accepted, still in the PROXY header / TLS handshake
-    core: Any = None  # the core as this listener's ACL lets it see it
+    # the core as this listener's ACL lets it see it (set again by Server._apply_acl)
+    core: Core | AclCore = field(kw_only=True)
 
 
 def sole_exception(exc: BaseException) -> BaseException:
@@ -116,6 +118,7 @@ def build_core(config: GatewayConfig, backends: dict[str, Backend]) -> Core:
         group_lease_ms=config.server.group_lease_ms,
         max_group_members=config.server.max_group_members,
         max_kafka_groups=config.server.max_kafka_groups,
+        max_producer_states=config.server.max_producer_states,
     )
 
 
@@ -130,7 +133,7 @@ class Server:
         self.backends = build_backends(config)
         self.core = build_core(config, self.backends)
         self.listeners: dict[str, ListenerState] = {
-            name: ListenerState(name, lc, ssl_context=contexts[name])
+            name: ListenerState(name, lc, ssl_context=contexts[name], core=self.core)
             for name, lc in enabled.items()
         }
         self.admin_inflight = 0
@@ -268,7 +271,7 @@ class Server:
                     f"admin: cannot bind "
                     f"{format_address(self.config.admin.host, self.config.admin.port)}: {exc}"
                 ) from None
-            self.admin_address = tuple(admin_socks[0].socket.getsockname()[:2])  # type: ignore[assignment]
+            self.admin_address = tuple(admin_socks[0].socket.getsockname()[:2])
 
         async with trio.open_nursery() as admin_nursery:
             if admin_socks:
@@ -282,6 +285,7 @@ class Server:
                         await acceptors.start(self._watch_signals)
                     if freeze_heap:
                         freeze_startup_heap()
+                        tune_allocator(log)  # the serving process: large buffers reused
                     self.ready = True
                     line = self.listening_line()
                     if announce:
@@ -414,7 +418,11 @@ class Server:
                 return buf[used:], header.source
 
     async def _prepare(
-        self, name: str, stream: trio.SocketStream, cfg: ListenerConfig, ssl_ctx: Any
+        self,
+        name: str,
+        stream: trio.SocketStream,
+        cfg: ListenerConfig,
+        ssl_ctx: ssl.SSLContext | None,
     ) -> tuple[trio.abc.Stream, tuple[str, int] | None]:
         """PROXY header, then TLS handshake, within the listener's read timeout."""
         inner: trio.abc.Stream = stream
@@ -500,17 +508,17 @@ class Server:
         try:
             await get_protocol(name).handle_connection(guarded, ctx)
         except Exception as raised:  # a bug in one connection never takes the process down
-            exc = sole_exception(raised)
-            if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
+            failure = sole_exception(raised)
+            if isinstance(failure, (trio.BrokenResourceError, trio.ClosedResourceError)):
                 reason = "peer_reset"
-            elif isinstance(exc, ConnectionTimeout):
-                reason = f"{exc.kind}_timeout"
+            elif isinstance(failure, ConnectionTimeout):
+                reason = f"{failure.kind}_timeout"
                 PROTOCOL_ERRORS.labels(protocol=name, kind=reason).inc()
-                if exc.kind == "read":  # a request not whole in time: slow or hostile
-                    limit_hit("read_timeout_s", name, conn_log, read_timeout_s=exc.seconds)
+                if failure.kind == "read":  # a request not whole in time: slow or hostile
+                    limit_hit("read_timeout_s", name, conn_log, read_timeout_s=failure.seconds)
             else:
                 reason = "error"
-                conn_log.exception("connection_failed", error=repr(exc))
+                conn_log.exception("connection_failed", error=repr(failure))
         finally:
             state.connections.discard(ctx)
             state.streams.discard(guarded)

@@ -28,7 +28,7 @@ from pathlib import Path
 import structlog
 import trio
 
-from gateway.config import GatewayConfig
+from gateway.config import BackendConfig, GatewayConfig
 from gateway.metrics_view import Peers, serve_peers
 from gateway.reuseport import addresses, reuseport_socket
 
@@ -39,6 +39,7 @@ PER_PROCESS_STATE = {
     "iggy": "consumer-group memberships",
     "liftbridge": "paused and readonly partition flags",
 }
+GROUP_LISTENERS = frozenset({"cursus", "iggy"})  # their entries above are group memberships
 # on these backends (holding the catch-all route) the state above lives in the backend: shared
 SHARED_GROUP_BACKENDS = frozenset({"nats"})
 
@@ -66,21 +67,41 @@ def check_shareable(config: GatewayConfig) -> None:
 def per_process_state(config: GatewayConfig) -> list[str]:
     """What the enabled listeners keep per process, which workers do not share: members of
     one group connected to different workers form separate groups (overlapping assignments).
-    On a NATS default backend all of it lives in the backend and is shared."""
-    shared = _default_backend_type(config) in SHARED_GROUP_BACKENDS
+    On a NATS default backend all of it lives in the backend and is shared; on an upstream
+    backend whose broker runs the groups (Cursus), or that refuses them (TANK, Kafka 0.8
+    without ``local_groups``), or on a Kafka backend (the cluster's group coordinator runs the
+    groups), no process keeps group members either."""
+    default = _default_backend(config)
+    nats = default is not None and default.type in SHARED_GROUP_BACKENDS
+    groups_shared = nats or _groups_outside_the_process(default)
     return [
         f"{name}: {what}"
         for name, what in PER_PROCESS_STATE.items()
-        if name in config.listeners and config.listeners[name].enabled and not shared
+        if name in config.listeners
+        and config.listeners[name].enabled
+        and not (groups_shared if name in GROUP_LISTENERS else nats)
     ]
 
 
-def _default_backend_type(config: GatewayConfig) -> str:
-    """The type of the backend holding group state: the catch-all route's, else the first."""
+def _groups_outside_the_process(backend: BackendConfig | None) -> bool:
+    """True when the core keeps no group members in the process on ``backend``: its server
+    runs the groups (``groups = "backend"``: a Kafka cluster's group coordinator, an upstream
+    broker's groups) or joins are refused (``"none"``)."""
+    if backend is not None and backend.type == "kafka":
+        return True
+    if backend is None or backend.type != "upstream":
+        return False
+    from gateway.backends.upstream import make_upstream  # the protocol modules, on demand
+
+    return make_upstream(backend.name, backend.options).capabilities.groups != "gateway"
+
+
+def _default_backend(config: GatewayConfig) -> BackendConfig | None:
+    """The backend holding group state: the catch-all route's, else the first."""
     for route in config.routes:
         if route.topic == "*" and route.backend in config.backends:
-            return config.backends[route.backend].type
-    return next((b.type for b in config.backends.values()), "")
+            return config.backends[route.backend]
+    return next(iter(config.backends.values()), None)
 
 
 def _hold_ports(config: GatewayConfig) -> tuple[GatewayConfig, list[socket.socket]]:

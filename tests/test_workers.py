@@ -216,3 +216,42 @@ async def test_one_scrape_counts_every_workers_connections(tmp_path: Path) -> No
         assert value(after, "gateway_connections_open", protocol="tank") < CONNECTIONS
         assert fetch_status(gw)["ready"] is False  # one of two workers answers
         gw.stop()
+
+
+def test_per_process_state_on_upstream_backends(tmp_path: Path) -> None:
+    """Group memberships are per worker only where the gateway keeps them: not on an upstream
+    Cursus, Iggy or Liftbridge broker (its own groups) nor on TANK (joins refused), but on TANK
+    with local_groups; Liftbridge's flags are per worker on every upstream."""
+    from gateway.config import load_config
+    from gateway.workers import per_process_state
+
+    path = tmp_path / "gw.toml"
+    listeners = {"cursus": {}, "iggy": {}, "liftbridge": {}}
+
+    def unshared(**upstream: object) -> list[str]:
+        backend = {"type": "upstream", "address": "127.0.0.1:9", **upstream}
+        cfg = make_config(tmp_path, listeners, backends={"up": backend})
+        path.write_text(write_toml(cfg))
+        return [line.split(":")[0] for line in per_process_state(load_config(path))]
+
+    assert unshared(protocol="cursus") == ["liftbridge"]
+    assert unshared(protocol="tank") == ["liftbridge"]
+    assert unshared(protocol="tank", local_groups=True) == ["cursus", "iggy", "liftbridge"]
+    assert unshared(protocol="iggy") == ["liftbridge"]
+    assert unshared(protocol="liftbridge") == ["liftbridge"]
+    assert unshared(protocol="kafka08", local_groups=True) == ["cursus", "iggy", "liftbridge"]
+
+
+def test_per_process_state_on_a_kafka_backend(tmp_path: Path) -> None:
+    """On a Kafka backend the cluster's group coordinator runs the groups: memberships are not
+    per worker; Liftbridge's flags still are."""
+    from gateway.config import load_config
+    from gateway.workers import per_process_state
+
+    path = tmp_path / "gw.toml"
+    backend = {"type": "kafka", "bootstrap": "127.0.0.1:9"}
+    cfg = make_config(
+        tmp_path, {"cursus": {}, "iggy": {}, "liftbridge": {}}, backends={"k": backend}
+    )
+    path.write_text(write_toml(cfg))
+    assert [line.split(":")[0] for line in per_process_state(load_config(path))] == ["liftbridge"]

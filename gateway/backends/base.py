@@ -24,9 +24,12 @@ from gateway.model import (
     AppendResult,
     ErrorCode,
     GatewayError,
+    GroupDescription,
+    JoinGroupResult,
     PartitionInfo,
     Record,
     RecordBatch,
+    SyncGroupResult,
     TopicInfo,
 )
 
@@ -67,6 +70,12 @@ class Capabilities:
     """True when several gateway processes can coordinate consumer groups through this backend's
     key-value store: ``kv_get_revision`` / ``kv_put_if`` compare-and-set on an entry's revision.
     The core then keeps group membership in the store instead of in the process."""
+    groups: str = "gateway"
+    """Who runs consumer-group membership on this backend's topics: ``"gateway"`` (the core's
+    coordinator: in the process, or in the key-value store with ``shared_groups``),
+    ``"backend"`` (the backend's own server, through the ``group_*`` methods: an upstream
+    broker's groups, so every gateway on it sees one group) or ``"none"`` (nothing several
+    gateways could share: joins are refused; committed offsets still work)."""
 
 
 def unsupported(what: str, backend: str) -> GatewayError:
@@ -76,7 +85,7 @@ def unsupported(what: str, backend: str) -> GatewayError:
 class Backend(abc.ABC):
     """One configured storage system. ``name`` is its key in the ``[backends]`` config table."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: Capabilities = Capabilities()  # a backend may narrow it per instance
     type_name: ClassVar[str] = ""
 
     def __init__(self, name: str) -> None:
@@ -197,6 +206,27 @@ class Backend(abc.ABC):
         """Write ``value`` only if the entry is still at ``revision`` (0: does not exist yet).
         Returns the new revision, or None when another writer changed it first."""
         raise unsupported("compare-and-set in its key-value store", self.name)
+
+    # ------------------------------------------------------------------ groups (groups="backend")
+    async def group_join(
+        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
+    ) -> JoinGroupResult:
+        """Join (or rejoin) ``member_id`` (empty: a new member; its id is picked) to the
+        server's group; the answer names the member as the caller knows it."""
+        raise unsupported("consumer groups", self.name)
+
+    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
+        raise unsupported("consumer groups", self.name)
+
+    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        raise unsupported("consumer groups", self.name)
+
+    async def group_leave(self, group: str, member_id: str) -> None:
+        raise unsupported("consumer groups", self.name)
+
+    async def group_describe(self, group: str) -> GroupDescription:
+        """The server's view of the group (members of this gateway under the ids it gave)."""
+        raise unsupported("consumer groups", self.name)
 
 
 def offset_mismatch(topic: str, partition: int, expected: int, actual: int) -> GatewayError:

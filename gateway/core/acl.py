@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gateway.core.groups import GroupCoordinator
 from gateway.core.router import Router
@@ -37,6 +37,10 @@ from gateway.model import (
     TopicInfo,
 )
 from gateway.observability import ACL_DENIED
+
+if TYPE_CHECKING:
+    from gateway.core.classic import ClassicGroups
+    from gateway.core.waiters import Waiters
 
 WRITE_COMMANDS = (Produce, CreateTopic, DeleteTopic, CreatePartitions, DeletePartitions)
 READ_COMMANDS = (Fetch, ListOffsets, DescribeTopic, CommitOffset, FetchOffset)
@@ -86,8 +90,16 @@ class AclCore:
         return self._core.groups
 
     @property
+    def classic(self) -> ClassicGroups:
+        return self._core.classic
+
+    @property
     def router(self) -> Router:
         return self._core.router
+
+    @property
+    def waiters(self) -> Waiters:
+        return self._core.waiters
 
     def _deny(self, operation: str, topic: str) -> GatewayError:
         ACL_DENIED.labels(protocol=self.protocol, operation=operation).inc()

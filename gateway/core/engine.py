@@ -14,6 +14,7 @@ import structlog
 import trio
 
 from gateway.backends.base import Backend
+from gateway.core.backend_groups import BackendGroupCoordinator
 from gateway.core.classic import ClassicGroups
 from gateway.core.group_store import SharedGroupCoordinator
 from gateway.core.groups import GroupCoordinator
@@ -110,6 +111,7 @@ class Core:
         group_lease_ms: int = 10_000,
         max_group_members: int = 1000,
         max_kafka_groups: int = 10_000,
+        max_producer_states: int = 100_000,
     ) -> None:
         self.max_topics = max_topics
         self.max_partitions_per_topic = max_partitions_per_topic
@@ -120,7 +122,18 @@ class Core:
         self.router = Router(backends, routes)
         self.waiters = Waiters()
         self.groups: GroupCoordinator
-        if self.router.default_backend.capabilities.shared_groups:
+        default_groups = self.router.default_backend.capabilities.groups
+        if default_groups == "backend":
+            # the backend's server runs the groups (an upstream broker): every gateway on it
+            # sees the broker's one group
+            self.groups = BackendGroupCoordinator(
+                self.router.backend_for,
+                self.router.default_backend,
+                lambda: self.router.backends.values(),
+                default_protocol=group_assignment,
+                max_members=max_group_members,
+            )
+        elif self.router.default_backend.capabilities.shared_groups:
             # several gateways on this backend: one group, kept in the backend
             self.groups = SharedGroupCoordinator(
                 self.router.backend_for,
@@ -139,7 +152,8 @@ class Core:
                 max_members=max_group_members,
             )
         self.classic = ClassicGroups(self.groups, max_kafka_groups)  # Kafka's groups
-        self.producers = ProducerRegistry()
+        self._groups_refused: set[str] = set()  # backends whose refusal was logged
+        self.producers = ProducerRegistry(max_producer_states)
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
         self._round_robin = itertools.count()
@@ -428,7 +442,24 @@ class Core:
     async def _fetch_offset(self, cmd: FetchOffset) -> CommittedOffset:
         return await self.groups.fetch(cmd.group, cmd.topic, cmd.partition)
 
+    def _check_groups_allowed(self, cmd: JoinGroup) -> None:
+        """Refuse membership on a backend with ``groups = "none"`` (an upstream broker without
+        consumer groups: gateways on it could not share one group)."""
+        backends = [self.router.backend_for(t) for t in cmd.topics] or [self.router.default_backend]
+        for backend in backends:
+            if backend.capabilities.groups != "none":
+                continue
+            if backend.name not in self._groups_refused:  # one line per backend, not per join
+                self._groups_refused.add(backend.name)
+                log.warning("group_join_refused", backend=backend.name, group=cmd.group)
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED,
+                f"backend {backend.name!r} has no consumer groups its gateways could share "
+                f"(group {cmd.group!r}); read partitions by number and commit offsets instead",
+            )
+
     async def _join(self, cmd: JoinGroup) -> Any:
+        self._check_groups_allowed(cmd)
         if cmd.protocols:
             return await self.classic.join(cmd)
         if self.classic.get(cmd.group) is not None:

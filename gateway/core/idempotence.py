@@ -2,7 +2,10 @@
 
 A retry of the last acknowledged batch (same producer, epoch and first sequence) is answered with
 the offsets it got the first time, without appending again; a gap in the sequence is refused.
-State is in memory: it protects against client retries within one gateway's lifetime.
+State is in memory: it protects against client retries within one gateway's lifetime. It holds
+at most ``max_entries`` (producer, partition) entries (``[server] max_producer_states``): a new
+one beyond that forgets the least recently used one, as a broker expires idle producers, and is
+counted as a hit of that budget. A forgotten producer's next batch is taken as a new one.
 
 One producer's appends to one partition go one at a time (a lock per producer and partition,
 held across the check, the append and the state update): a retry sent on a second connection
@@ -19,6 +22,9 @@ import trio
 
 from gateway.backends.base import Backend
 from gateway.model import AppendResult, ErrorCode, GatewayError, RecordBatch
+from gateway.observability import limit_hit
+
+DEFAULT_MAX_ENTRIES = 100_000
 
 
 @dataclass
@@ -62,7 +68,9 @@ def is_retry(producer_id: int | str, epoch: int, first_seq: int, last: LastBatch
 
 
 class ProducerRegistry:
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        self.max_entries = max(1, max_entries)
+        # insertion order is use order: an entry is moved to the end when its producer writes
         self._state: dict[tuple[str, int, int | str], _ProducerState] = {}
         self._locks: dict[tuple[str, int, int | str], trio.Lock] = {}
 
@@ -112,5 +120,16 @@ class ProducerRegistry:
             r = state.result
             return AppendResult(r.partition, r.base_offset, r.last_offset, r.timestamp_us, True)
         result = await backend.append(topic, partition, batch, expected_offset)
-        self._state[key] = _ProducerState(epoch, sequence, sequence + batch.count - 1, result)
+        states = self._state
+        if states.pop(key, None) is None and len(states) >= self.max_entries:
+            oldest = next(iter(states))
+            del states[oldest]
+            limit_hit(
+                "max_producer_states",
+                "server",
+                producer_id=str(oldest[2]),
+                topic=oldest[0],
+                partition=oldest[1],
+            )
+        states[key] = _ProducerState(epoch, sequence, sequence + batch.count - 1, result)
         return result

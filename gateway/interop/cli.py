@@ -3,10 +3,17 @@
     gateway matrix --config config/gateway.toml          # listeners from the config file
     gateway matrix --listener tank=127.0.0.1:11011 --listener cursus=127.0.0.1:9000
     gateway matrix --config gw.toml --markdown --output matrix.md
+    gateway matrix --listener kafka=127.0.0.1:9092 --kafka-python /opt/kafka-venv/bin/python
 
-Every ordered pair of the listeners found produces records through one and consumes them
-through the other (a topic per pair, ``matrix-<n>-<producer>-to-<consumer>``). The table says
-pass/fail and records/s per pair. Exit status 0 when every pair passed, 1 otherwise.
+The clients are one per protocol (kafka08, iggy, tank, liftbridge, cursus: in-repo clients on the
+gateway's codecs) plus ``kafka``, today's Kafka client (confluent-kafka with its defaults) on the
+same Kafka listener as kafka08. Every ordered pair of the clients found produces records through
+one and consumes them through the other (a topic per pair,
+``matrix-<n>-<producer>-to-<consumer>``). The table says pass/fail and records/s per pair. Exit
+status 0 when every pair passed, 1 otherwise.
+
+A config file's Kafka listener gives both kafka08 and kafka; kafka only when confluent-kafka is
+found (in this Python, or the one ``--kafka-python`` names), else it says it left kafka out.
 
 Afterwards the topics and consumer groups the run made are deleted through the gateway's admin
 endpoint (``--admin HOST:PORT``, or the config's); ``--keep`` leaves them for a look.
@@ -22,7 +29,8 @@ from typing import Any
 
 import trio
 
-from gateway.interop import PROTOCOLS  # not .drivers: `gateway --help` and serve stay lean
+# not .drivers: `gateway --help` and serve stay lean
+from gateway.interop import CLIENTS, PROTOCOLS
 
 DEFAULT_CONFIG = "config/gateway.toml"  # as gateway.cli
 
@@ -30,9 +38,9 @@ DEFAULT_CONFIG = "config/gateway.toml"  # as gateway.cli
 def _address(text: str) -> tuple[str, tuple[str, int]]:
     name, sep, addr = text.partition("=")
     host, _, port = addr.rpartition(":")
-    if not sep or name not in PROTOCOLS or not host or not port.isdigit():
+    if not sep or name not in CLIENTS or not host or not port.isdigit():
         raise argparse.ArgumentTypeError(
-            f"expected PROTOCOL=HOST:PORT with PROTOCOL one of {', '.join(PROTOCOLS)}: {text!r}"
+            f"expected CLIENT=HOST:PORT with CLIENT one of {', '.join(CLIENTS)}: {text!r}"
         )
     return name, (host.strip("[]"), int(port))
 
@@ -111,26 +119,37 @@ def addresses_from_config(path: str | None) -> tuple[dict[str, tuple[str, int]],
 
 
 def cmd_matrix(args: Any) -> int:
-    from gateway.interop.matrix import format_table, run_matrix
+    from gateway.interop.drivers import confluent_python
+    from gateway.interop.matrix import client_addresses, format_table, run_matrix
 
     addresses: dict[str, tuple[str, int]] = {}
     through = args.through
     config = args.matrix_config
     if config is None and not args.listener and os.path.exists(DEFAULT_CONFIG):
         config = DEFAULT_CONFIG
+    kafka_python = confluent_python(args.kafka_python)
     if config is not None:
         found, configured_through = addresses_from_config(config)
-        addresses.update(found)
+        addresses.update(client_addresses(found))
         through = through or configured_through
+        if "kafka" in addresses and kafka_python is None:
+            del addresses["kafka"]
+            print(
+                "matrix: left out kafka (today's Kafka client): confluent-kafka is not "
+                "installed in this Python; pip install confluent-kafka, or --kafka-python PATH",
+                file=sys.stderr,
+            )
     addresses.update(dict(args.listener or []))
     if args.protocols:
         addresses = {k: v for k, v in addresses.items() if k in args.protocols.split(",")}
     if len(addresses) < 1:
-        print("no listeners: give --config or --listener PROTOCOL=HOST:PORT", file=sys.stderr)
+        print("no listeners: give --config or --listener CLIENT=HOST:PORT", file=sys.stderr)
         return 2
     options: dict[str, dict[str, str]] = {}
     if args.iggy_username:
         options["iggy"] = {"username": args.iggy_username, "password": args.iggy_password}
+    if args.kafka_python:
+        options["kafka"] = {"python": args.kafka_python}
     create_at = dict(args.create_at) if args.create_at else None
     chain = f", through an upstream {through}" if through else ""
     print(
@@ -187,10 +206,13 @@ def add_matrix_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--listener",
         action="append",
         type=_address,
-        metavar="PROTOCOL=HOST:PORT",
-        help="a listener to use (repeat; overrides the config's)",
+        metavar="CLIENT=HOST:PORT",
+        help=f"a client and the listener it uses (repeat; overrides the config's); CLIENT one "
+        f"of {', '.join(CLIENTS)} (kafka: today's Kafka client, on the kafka08 listener)",
     )
-    p.add_argument("--protocols", help="comma-separated subset of the protocols to pair")
+    p.add_argument(
+        "--protocols", help=f"comma-separated subset of the clients to pair ({','.join(CLIENTS)})"
+    )
     p.add_argument("--records", type=int, default=100, help="records per pair (default 100)")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     p.add_argument("--output", help="also write the Markdown table to this file")
@@ -204,7 +226,7 @@ def add_matrix_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--create-at",
         action="append",
         type=_address,
-        metavar="PROTOCOL=HOST:PORT",
+        metavar="CLIENT=HOST:PORT",
         help="make the topics through this listener instead (e.g. the upstream server's)",
     )
     p.add_argument(
@@ -217,5 +239,10 @@ def add_matrix_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep the topics and groups made")
     p.add_argument("--iggy-username", default="", help="log the Iggy driver in (0.6 dialect)")
     p.add_argument("--iggy-password", default="")
+    p.add_argument(
+        "--kafka-python",
+        metavar="PATH",
+        help="a Python that has confluent-kafka, to run the kafka client (default: this one)",
+    )
     p.set_defaults(func=cmd_matrix)
     return p

@@ -15,16 +15,28 @@ Fields: ``key``, ``value``, ``headers``, ``timestamp``. What each protocol carri
   headers (a map: names are unique, plus ``subject`` and ``reply`` added by the server),
   timestamp (ns).
 - cursus: key and value both ways (its other fields are Cursus-only; no headers, no time).
+- kafka: today's Kafka client (confluent-kafka with its defaults, on the Kafka listener): key,
+  value, headers (a list: order and repeats kept), timestamp (ms) both ways. Not in-repo: a
+  worker process (``confluent_worker.py``) run by an interpreter that has confluent-kafka.
 """
 
 from __future__ import annotations
 
+import base64
+import importlib.util
+import json
 import re
+import subprocess
+import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import trio
 
+from gateway.interop import CLIENTS as CLIENTS  # re-exported
+from gateway.interop import LISTENER as LISTENER  # re-exported
 from gateway.interop import PROTOCOLS as PROTOCOLS  # re-exported
 from gateway.model import Record
 from gateway.protocols.cursus import codec as cursus_codec
@@ -263,6 +275,136 @@ class CursusDriver(Driver):
         return out
 
 
+CONFLUENT_WORKER = Path(__file__).with_name("confluent_worker.py")
+
+
+def confluent_python(given: str | None = None) -> str | None:
+    """The interpreter to run the confluent-kafka worker: ``given``, else this one when it has
+    confluent-kafka, else None."""
+    if given:
+        return given
+    return sys.executable if importlib.util.find_spec("confluent_kafka") else None
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+class KafkaDriver(Driver):
+    """confluent-kafka (librdkafka) with its defaults in a worker process: the option
+    ``python`` names an interpreter that has it (default: this one)."""
+
+    name = "kafka"
+    produces = ALL_FIELDS
+    consumes = ALL_FIELDS
+
+    # the worker's own deadlines, inside the matrix's (10 s to open, 30 s a pair)
+    HELLO_S = 8
+    CALL_S = 20
+
+    async def open(self) -> None:
+        python = confluent_python(self.options.get("python"))
+        if python is None:
+            raise RuntimeError(
+                "confluent-kafka is not installed here: pip install confluent-kafka, or name "
+                "a Python that has it (gateway matrix --kafka-python PATH)"
+            )
+        self.stderr = tempfile.TemporaryFile()
+        self.buffer = b""
+        try:
+            self.process: trio.Process | None = await trio.lowlevel.open_process(
+                [python, str(CONFLUENT_WORKER), f"{self.host}:{self.port}"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+            )
+        except OSError as exc:  # no such interpreter
+            self.stderr.close()
+            raise RuntimeError(
+                f"cannot run {python} for the confluent-kafka worker: {exc}"
+            ) from exc
+        try:
+            hello = await self._call({"op": "hello", "timeout_s": self.HELLO_S})
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.aclose()  # a driver that failed to open is never closed by the matrix
+            raise
+        self.version = f"confluent-kafka {hello['version']}, librdkafka {hello['librdkafka']}"
+
+    async def aclose(self) -> None:
+        process, self.process = getattr(self, "process", None), None
+        if process is None:
+            return
+        if process.stdin is not None:
+            await process.stdin.aclose()  # the worker ends at the end of its input
+        with trio.move_on_after(5):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        self.stderr.close()
+
+    async def _call(self, request: dict[str, Any]) -> dict[str, Any]:
+        process = self.process
+        if process is None:
+            raise RuntimeError("the confluent-kafka worker was stopped (an earlier call timed out)")
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            await process.stdin.send_all(json.dumps(request).encode() + b"\n")
+            while b"\n" not in self.buffer:
+                chunk = await process.stdout.receive_some(1 << 20)
+                if not chunk:
+                    self.stderr.seek(0)
+                    tail = self.stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+                    raise RuntimeError(f"the confluent-kafka worker exited: {' | '.join(tail)}")
+                self.buffer += chunk
+        except BaseException:
+            # cancelled or broken mid-call: a late answer would be taken for the next call's
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+            raise
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"confluent-kafka {request['op']}: {answer['error']}")
+        return answer
+
+    async def create_topic(self, topic: str, partitions: int = 1) -> None:
+        await self._call({"op": "create_topic", "topic": topic, "partitions": partitions})
+
+    async def produce(self, topic: str, records: Sequence[Record]) -> None:
+        wire = [
+            [
+                _b64(r.key),
+                _b64(r.value),
+                [[k, _b64(v)] for k, v in r.headers],
+                r.timestamp_us // 1000 if r.timestamp_us >= 0 else 0,  # 0: librdkafka's now
+            ]
+            for r in records
+        ]
+        request = {"op": "produce", "topic": topic, "records": wire, "timeout_s": self.CALL_S}
+        await self._call(request)
+
+    async def consume(self, topic: str, count: int) -> list[Record]:
+        request = {"op": "consume", "topic": topic, "count": count, "timeout_s": self.CALL_S}
+        answer = await self._call(request)
+        return [
+            Record(
+                _unb64(key),
+                _unb64(value),
+                tuple((k, _unb64(v) or b"") for k, v in headers),
+                ts_ms * 1000 if ts_ms >= 0 else -1,
+                offset,
+            )
+            for offset, key, value, headers, ts_ms in answer["records"]
+        ]
+
+
 DRIVERS: dict[str, type[Driver]] = {
-    d.name: d for d in (Kafka08Driver, IggyDriver, TankDriver, LiftbridgeDriver, CursusDriver)
+    d.name: d
+    for d in (Kafka08Driver, IggyDriver, TankDriver, LiftbridgeDriver, CursusDriver, KafkaDriver)
 }

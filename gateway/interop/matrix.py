@@ -17,10 +17,16 @@ from typing import Any
 import trio
 
 from gateway.backends.base import Backend
-from gateway.interop.drivers import DRIVERS, PROTOCOLS, Driver
+from gateway.interop.drivers import CLIENTS, DRIVERS, LISTENER, Driver
 from gateway.model import Record, now_us
 
-CREATE_ORDER = ("cursus", "tank", "liftbridge", "kafka08")
+CREATE_ORDER = ("cursus", "tank", "liftbridge", "kafka08", "kafka")
+
+
+def client_addresses(listeners: Mapping[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
+    """{matrix client: address} from {listener name: address}: every client whose listener is
+    there (``kafka`` and ``kafka08`` share the Kafka listener)."""
+    return {c: listeners[LISTENER[c]] for c in CLIENTS if LISTENER[c] in listeners}
 
 
 @dataclass
@@ -170,14 +176,15 @@ async def run_matrix(
     through: str | None = None,
     create_at: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[PairResult]:
-    """Every ordered pair of ``protocols`` (default: those in ``addresses``), in order, each on
+    """Every ordered pair of ``protocols`` (matrix clients, ``CLIENTS``; default: those in
+    ``addresses``, keyed by client name: see ``client_addresses``), in order, each on
     a topic of its own (``prefix`` + ``producer-to-consumer``, one partition).
 
     ``through``: the gateway's backend is an upstream of that protocol (a chain): the fields
     compared are those the upstream keeps too. ``create_at``: listeners where the topics are
     made (the upstream server's, for an upstream that cannot create topics); default the
     gateway's own."""
-    names = [p for p in (protocols or PROTOCOLS) if p in addresses]
+    names = [p for p in (protocols or CLIENTS) if p in addresses]
     prefix = prefix if prefix is not None else f"matrix-{int(time.time() * 1000) % 10**9}-"
     options = options or {}
     drivers: dict[str, Driver] = {}
@@ -196,7 +203,7 @@ async def run_matrix(
         where = create_at or addresses
         first = next((n for n in CREATE_ORDER if n in where), None)
         if first is None:
-            raise ValueError("the matrix needs a Cursus, TANK, Liftbridge or Kafka 0.8 listener")
+            raise ValueError("the matrix needs a Cursus, TANK, Liftbridge or Kafka listener")
         creator = DRIVERS[first](*where[first], **dict(options.get(first, {})))
         await creator.open()
         drivers[f"creator:{first}"] = creator

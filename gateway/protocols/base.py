@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import trio
 
     from gateway.config import GatewayConfig
-    from gateway.core.engine import Core
+    from gateway.core.view import CoreView
 
 MiB = 1 << 20
 PROXY_MODES = ("off", "optional", "required")
@@ -34,9 +34,9 @@ class PerCore(Generic[T]):
     process)."""
 
     def __init__(self) -> None:
-        self._states: weakref.WeakKeyDictionary[Any, T] = weakref.WeakKeyDictionary()
+        self._states: weakref.WeakKeyDictionary[CoreView, T] = weakref.WeakKeyDictionary()
 
-    def get(self, core: Any, make: Callable[[], T]) -> T:
+    def get(self, core: CoreView, make: Callable[[], T]) -> T:
         state = self._states.get(core)
         if state is None:
             state = self._states[core] = make()
@@ -104,7 +104,7 @@ class ConnectionContext:
     """Everything a connection handler may use. One per connection."""
 
     protocol: str
-    core: Core
+    core: CoreView  # the engine's Core, or an AclCore in front of it
     listener: ListenerConfig
     config: GatewayConfig
     peer: str
@@ -147,6 +147,6 @@ class ProtocolSpec:
     authorization_error: bool = True
     """False for protocols without an authorization error (Kafka 0.8, TANK): a topic an ACL
     denies is answered as if it did not exist."""
-    background: Callable[[Any, ListenerConfig], Awaitable[None]] | None = None
+    background: Callable[[CoreView, ListenerConfig], Awaitable[None]] | None = None
     """An optional listener-wide task the server runs beside the listener, with the core and
     the listener's config (Liftbridge: NATS ingestion)."""

@@ -56,6 +56,7 @@ import trio
 
 from gateway.observability import BYTES_IN, BYTES_OUT, labelled, limit_hit, protocol_error
 from gateway.protocols.answers import send_pieces
+from gateway.protocols.buffer import Buffer
 from gateway.protocols.errors import RemoteProtocolError
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class Framing(Protocol):
     @property
     def buffered(self) -> int: ...
 
-    def receive_data(self, data: bytes) -> None: ...
+    def receive_data(self, data: bytes | bytearray) -> None: ...
 
     def next_request(self) -> Any: ...
 
@@ -78,8 +79,11 @@ class Framing(Protocol):
 class Session(Protocol):
     """What a protocol gives the driver for one connection (see the module docstring)."""
 
-    framing: Framing
-    receive_bytes: int
+    @property
+    def framing(self) -> Framing: ...
+
+    @property
+    def receive_bytes(self) -> int: ...
 
     async def handle(self, request: Any, io: Connection) -> bool | None: ...
 
@@ -106,7 +110,7 @@ class Connection:
         self.ctx = ctx
         self.protocol = protocol
         self.log = ctx.log
-        self.out: list[bytes] = []
+        self.out: list[Buffer] = []
         self.failure: BaseException | None = None
         self.draining = False
         self._nursery: trio.Nursery | None = None
@@ -115,7 +119,7 @@ class Connection:
         self._bytes_out = labelled(BYTES_OUT, protocol)
 
     # ------------------------------------------------------------------ output
-    def answer(self, data: bytes) -> None:
+    def answer(self, data: Buffer) -> None:
         """Queue ``data``: it goes out with the next flush, after what was queued before."""
         self.out.append(data)
 
@@ -126,7 +130,7 @@ class Connection:
             out.clear()
             await self._send(data)
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: Buffer) -> None:
         """Write queued answers and ``data`` now."""
         if self.out:
             self.out.append(data)
@@ -134,7 +138,7 @@ class Connection:
         else:
             await self._send(data)
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, data: Buffer) -> None:
         if not self._tasks:
             # only the reading task sends (it started no task that is still running): no lock
             # (a lock per answer costs a few us of an in-order request)
@@ -186,7 +190,7 @@ class Connection:
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
-    def begin_drain(self, session: Any) -> None:
+    def begin_drain(self, session: Session) -> None:
         """Once: mark the connection draining and call the session's ``drain`` hook."""
         if not self.draining:
             self.draining = True
@@ -208,7 +212,7 @@ class Connection:
         return self._nursery
 
 
-async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Any) -> None:
+async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Session) -> None:
     """Serve one connection with ``session`` until it ends (see the module docstring)."""
     io = Connection(stream, ctx, ctx.protocol)
     try:
@@ -235,13 +239,13 @@ async def drive(stream: trio.abc.Stream, ctx: ConnectionContext, session: Any) -
         raise io.failure  # bare, not in an exception group: the server names the reason
 
 
-async def _watch_shutdown(io: Connection, session: Any, scope: trio.CancelScope) -> None:
+async def _watch_shutdown(io: Connection, session: Session, scope: trio.CancelScope) -> None:
     with scope:
         await io.ctx.shutdown.wait()
         io.begin_drain(session)
 
 
-async def _serve(io: Connection, session: Any) -> None:
+async def _serve(io: Connection, session: Session) -> None:
     conn = session.framing
     stream = io.stream
     ctx = io.ctx
@@ -303,7 +307,7 @@ async def _serve(io: Connection, session: Any) -> None:
         await io.flush()
 
 
-async def _settle(io: Connection, session: Any) -> None:
+async def _settle(io: Connection, session: Session) -> None:
     if io.ctx.shutdown.is_set():
         io.begin_drain(session)  # the watcher may not have run yet
     settle = getattr(session, "settle", None)

@@ -49,6 +49,7 @@ tests prove they produce the same bytes and values.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import inspect
 import struct
@@ -87,7 +88,8 @@ class Wire:
         """A fixed-size number in this byte order (``code`` is a :mod:`struct` letter)."""
         return Fixed(self, code, name)
 
-    def short(self, what: str, pos: int, n: int, size: int) -> Exception:
+    # ``int`` in this class body names the method above, hence ``builtins.int``
+    def short(self, what: str, pos: builtins.int, n: builtins.int, size: builtins.int) -> Exception:
         return self.remote(
             f"{what} of {n} bytes at byte {pos} runs past the end ({size} bytes)", "truncated"
         )
@@ -178,14 +180,16 @@ class Blob(Type):
         return bytes(buf[pos : pos + n]), pos + n
 
     def write(self, value: Buffer | None, out: list[Buffer]) -> None:
-        if value is None and self.nullable:
-            out.append(self._null)
-            return
-        n = len(value)  # type: ignore[arg-type]
+        if value is None:
+            if self.nullable:
+                out.append(self._null)
+                return
+            raise self.length.wire.local(f"{self.what}: None where bytes are required")
+        n = len(value)
         if n > self.length.max:
             raise self.length.wire.local(f"{self.what} of {n} bytes is too long")
         out.append(self._pack(n))
-        out.append(value)  # type: ignore[arg-type]
+        out.append(value)
 
 
 class Text(Type):
@@ -372,15 +376,19 @@ class Layout(Type):
             if not n.isidentifier() or n.startswith("_"):
                 raise ValueError(f"{name}: field name {n!r} must be a public identifier")
         self._by_name = cls is not None
+        self.cls: Callable[..., Any]
         if cls is None:
             defaults = defaults or {}
-            trailing = []
+            trailing: list[Any] = []
             for n in reversed(self.names):
                 if n not in defaults:
                     break
                 trailing.insert(0, defaults[n])
-            cls = namedtuple(name, self.names, defaults=trailing or None)  # type: ignore[misc]
-        self.cls = cls
+            self.cls = _tuple_class(name, self.names, trailing or None)
+        else:
+            self.cls = cls
+        # the generated code replaces the reference methods on the instance (mypy does not
+        # model per-instance method replacement)
         self.read, self.write = _compile(self)  # type: ignore[method-assign]
 
     # the interpreted reference; instances use the generated ``read`` / ``write``
@@ -428,6 +436,11 @@ class Layout(Type):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.cls(*args, **kwargs)
+
+
+def _tuple_class(name: str, names: Sequence[str], defaults: list[Any] | None) -> type:
+    # a function of its own: mypy types a namedtuple() call only as a statement-level class
+    return namedtuple(name, names, defaults=defaults)
 
 
 _SIMPLE_DEFAULTS = (int, float, str, bytes, bool, type(None), tuple, frozenset)
@@ -505,10 +518,15 @@ def _compile(lay: Layout) -> tuple[Callable[..., Any], Callable[..., Any]]:
     fields = lay.fields
     while i < len(fields):
         j = i
-        while j < len(fields) and type(fields[j][1]) is Fixed:
+        codes = []
+        while j < len(fields):
+            f = fields[j][1]
+            if type(f) is not Fixed:
+                break
+            codes.append(f.st.format[1:])
             j += 1
         if j > i:  # fixed-size numbers i..j-1: one struct
-            code = lay.wire.order + "".join(t.st.format[1:] for _, t in fields[i:j])  # type: ignore[union-attr]
+            code = lay.wire.order + "".join(codes)
             st = struct.Struct(code)
             ns[f"S{i}"] = st
             targets = "".join(f"v{k}, " for k in range(i, j))

@@ -229,3 +229,17 @@ def test_start_tables_both_ways(slow, key, value, ts, headers):
             assert got is not None
             block, count, _ = got
             assert block[0] == VERSION_STARTS and check_block(block) == (block, count)
+
+
+@pytest.mark.parametrize("codec", [0, 4])
+def test_stamped_producer_fields_keep_the_batch_valid(codec):
+    records = [Record(b"k%d" % i, b"v" * i, (), 1_700_000_000_000_000 + i) for i in range(20)]
+    plain = encode_batch(records, 0, codec=codec)
+    stamped = rec.stamp_producer(plain, 123456789, 7, 2_000_000)
+    fields = rec.BATCH_BODY.unpack_from(stamped, rec.HEAD_SIZE)
+    assert fields[4:7] == (123456789, 7, 2_000_000)  # producer id, epoch, first sequence
+    assert rec.BATCH_BODY.unpack_from(plain, rec.HEAD_SIZE)[4:7] == (-1, -1, -1)
+    crc = rec.BATCH_HEAD.unpack_from(stamped)[4]
+    assert crc == crc32c.crc32c(stamped[rec.HEAD_SIZE :]) != rec.BATCH_HEAD.unpack_from(plain)[4]
+    assert decode_batches(stamped, 0) == decode_batches(plain, 0)  # checks the CRC
+    assert [r.value for r in decode_batches(stamped, 0)] == [r.value for r in records]

@@ -238,3 +238,29 @@ async def test_concurrent_sends_of_one_idempotent_batch_append_it_once() -> None
     assert {(r.base_offset, r.last_offset) for r in results} == {(0, 1)}
     assert (await core.execute(ListOffsets("t", 0))).high_watermark == 2
     assert core.producers._locks == {}
+
+
+async def test_producer_states_are_bounded_least_recently_used_forgotten() -> None:
+    """``max_producer_states``: a third producer on a core that keeps two forgets the one that
+    wrote least recently (counted as a budget hit); the others' retries are still duplicates."""
+    from gateway.observability import LIMIT_HITS
+
+    core = Core({"a": MemoryBackend("a")}, [("*", "a")], max_producer_states=2)
+    await core.execute(CreateTopic("t", 1))
+    hits = LIMIT_HITS.labels("max_producer_states", "server")
+    before = hits._value.get()
+
+    def send(pid: int, seq: int) -> Produce:
+        return Produce("t", batch(b"r"), partition=0, producer_id=pid, sequence=seq)
+
+    await core.execute(send(1, 0))
+    await core.execute(send(2, 0))
+    await core.execute(send(1, 1))  # producer 1 is now the most recent, 2 the least
+    await core.execute(send(3, 0))  # forgets producer 2
+    assert hits._value.get() == before + 1
+    assert len(core.producers._state) == 2
+    assert (await core.execute(send(1, 1))).appends[0].duplicate
+    assert (await core.execute(send(3, 0))).appends[0].duplicate
+    forgotten = await core.execute(send(2, 0))  # taken as new: stored again
+    assert not forgotten.appends[0].duplicate
+    assert (await core.execute(ListOffsets("t", 0))).high_watermark == 5

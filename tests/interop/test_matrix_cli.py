@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gateway.interop.cli import addresses_from_config
+from tests.protocols.kafka08.conftest import venv_python
 from tests.support import GatewayProcess, write_toml
 
 
@@ -100,3 +101,40 @@ def test_matrix_deletes_the_topics_and_groups_it_made(tmp_path: Path) -> None:
             [*gateway_cli, "topics", "list", "--config", cfg], capture_output=True, text=True
         )
         assert len(listed.stdout.splitlines()) == 5
+
+
+def test_a_kafka_listener_gives_todays_kafka_client_too(tmp_path: Path) -> None:
+    listeners = {"kafka08": {}, "tank": {}}
+    with GatewayProcess(tmp_path, listeners=listeners, backend="embedded") as gw:
+        for name in listeners:
+            gw.config["listeners"][name]["port"] = gw.address(name)[1]
+        gw.config["admin"]["port"] = gw.address("admin")[1]
+        gw.write_config()
+        cfg = str(gw.config_path)
+        kafka_python = venv_python("confluent-kafka")
+        proc = matrix("--config", cfg, "--records", "5", "--kafka-python", kafka_python)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[0].split() == ["producer", "\\", "consumer", "kafka08", "tank", "kafka"]
+        assert "9/9 pairs passed" in proc.stdout
+        assert "key, value, headers, timestamp: kafka->kafka" in proc.stdout
+        # the matrix's topics, and no group left behind by the Kafka client
+        assert "matrix: deleted 9 topic(s) and 0 group(s) it made" in proc.stderr
+        groups = subprocess.run(
+            [sys.executable, "-m", "gateway", "groups", "list", "--config", cfg],
+            capture_output=True,
+            text=True,
+        )
+        assert groups.returncode == 0 and groups.stdout == ""
+
+        # this Python has no confluent-kafka: the run says it left the client out
+        proc = matrix("--config", cfg, "--records", "5")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "left out kafka (today's Kafka client)" in proc.stderr
+        assert "4/4 pairs passed" in proc.stdout
+
+        # named by hand, its pairs fail with a clear reason
+        (h, p), (th, tp) = gw.address("kafka08"), gw.address("tank")
+        proc = matrix(f"--listener=kafka={h}:{p}", f"--listener=tank={th}:{tp}", "--records=5")
+        assert proc.returncode == 1 and "1/4 pairs passed" in proc.stdout
+        assert "confluent-kafka is not installed here: pip install confluent-kafka" in proc.stdout

@@ -72,6 +72,11 @@ def test_values_that_do_not_fit_are_local_errors():
         msg.encode((1, "x" * 256))
     with pytest.raises(Bug):
         msg.encode((1,))
+    i16 = LE.int("h", "i16")
+    blob = L.layout("B", ("data", L.Blob(i16)), ("maybe", L.Blob(i16, nullable=True)))
+    assert blob.decode(blob.encode((b"ab", None))) == (b"ab", None)
+    with pytest.raises(Bug, match="None where bytes are required"):
+        blob.encode((None, b""))
 
 
 def test_when_and_optional_fields():

@@ -3,9 +3,10 @@
 A batch that arrives as a canonical block, or as plain records, is stored canonical
 (``gateway.canonical``: payload version 3 since 2026-11-25, with its record start table; logs
 written before hold version 1, read the same way). A batch that arrives whole in a *native*
-format, one of :data:`NATIVE_FORMATS` (a Cursus batch, a TANK bundle), is stored as received
-behind a small prefix (payload version 2), so a consumer of the same protocol gets it back with
-no per-record work, as from the memory backend; other readers decode it with its codec::
+format, one of :data:`NATIVE_FORMATS` (a Cursus batch, a TANK bundle, a Kafka record batch v2),
+is stored as received behind a small prefix (payload version 2), so a consumer of the same
+protocol gets it back with no per-record work, as from the memory backend; other readers decode
+it with its codec::
 
     version u8 (=2) | count u32 | min_timestamp_us i64 (-1: unknown) | max_timestamp_us i64
     | name_len u8 | codec name (ascii) | block
@@ -29,6 +30,7 @@ NATIVE_VERSION = 2
 NATIVE_FORMATS: dict[str, str] = {
     "cursus": "gateway.protocols.cursus.block:CURSUS_BLOCK",
     "tank-bundle": "gateway.protocols.tank.bundle:TANK_BUNDLE",
+    "kafka-v2": "gateway.protocols.kafka.native:KAFKA_V2",
 }
 _codecs: dict[str, BatchCodec] = {}
 _prefixes: dict[str, bytes] = {}

@@ -13,6 +13,7 @@ import trio
 from kio.schema.create_partitions.v1 import request as cp_req
 from kio.schema.create_topics.v3 import request as ct_req
 from kio.schema.delete_topics.v3 import request as dt_req
+from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32
 
 from gateway.backends import BackendSpec
@@ -26,13 +27,17 @@ from gateway.backends.base import (
 from gateway.backends.kafka.cluster import KafkaCluster, kafka_error, ms
 from gateway.backends.kafka.config import TOPIC_CONFIG_KEYS, KafkaConfig
 from gateway.backends.kafka.data import RecordStore
+from gateway.backends.kafka.groups import KafkaGroups
 from gateway.backends.kafka.kv import KafkaKV
 from gateway.model import (
     AppendResult,
     ErrorCode,
     GatewayError,
+    GroupDescription,
+    JoinGroupResult,
     PartitionInfo,
     RecordBatch,
+    SyncGroupResult,
     TopicInfo,
 )
 
@@ -46,6 +51,7 @@ class KafkaBackend(Backend):
         durable=True,
         notifies_appends=False,
         dense_offsets=False,  # transaction markers, aborted and compacted records
+        groups="backend",  # the cluster's group coordinator (groups.py)
     )
     type_name = "kafka"
 
@@ -54,7 +60,8 @@ class KafkaBackend(Backend):
         self.config = config
         self.cluster = KafkaCluster(name, config, self._negotiated)
         self.records = RecordStore(self.cluster)
-        self.kv = KafkaKV(self.cluster, self.records, self._create_topic)
+        self.groups = KafkaGroups(name, self.cluster)
+        self.kv = KafkaKV(self.cluster, self.records, self._create_topic, self.groups.membership)
 
     def _negotiated(self, ok: dict[int, bool]) -> None:
         # an instance attribute: what this broker can do
@@ -68,6 +75,7 @@ class KafkaBackend(Backend):
         await self.cluster.open(nursery)
 
     async def close(self) -> None:
+        await self.groups.close()
         await self.cluster.close()
 
     async def health(self) -> tuple[bool, str]:
@@ -78,7 +86,12 @@ class KafkaBackend(Backend):
         return True, "ok"
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type_name, "bootstrap": self.config.bootstrap}
+        return {
+            "name": self.name,
+            "type": self.type_name,
+            "bootstrap": self.config.bootstrap,
+            "idempotence": self.records.producer.idempotence.describe(),
+        }
 
     # ------------------------------------------------------------------ topics
     def _is_internal(self, name: str) -> bool:
@@ -112,7 +125,7 @@ class KafkaBackend(Backend):
         request = ct_req.CreateTopicsRequest(
             topics=(
                 ct_req.CreatableTopic(
-                    name=name,
+                    name=TopicName(name),
                     num_partitions=i32(partitions),
                     replication_factor=i16(self.config.replication_factor),
                     assignments=(),
@@ -151,7 +164,7 @@ class KafkaBackend(Backend):
             )
         await self.cluster.topic_meta(name, fresh=True)
         request = dt_req.DeleteTopicsRequest(
-            topic_names=(name,), timeout=ms(self.config.request_timeout_ms)
+            topic_names=(TopicName(name),), timeout=ms(self.config.request_timeout_ms)
         )
         response = await self.cluster.call(request)
         for r in response.responses:
@@ -200,7 +213,11 @@ class KafkaBackend(Backend):
         total = meta.info.partitions + count
         check_partitions(total)
         request = cp_req.CreatePartitionsRequest(
-            topics=(cp_req.CreatePartitionsTopic(name=name, count=i32(total), assignments=None),),
+            topics=(
+                cp_req.CreatePartitionsTopic(
+                    name=TopicName(name), count=i32(total), assignments=None
+                ),
+            ),
             timeout=ms(self.config.request_timeout_ms),
             validate_only=False,
         )
@@ -246,6 +263,24 @@ class KafkaBackend(Backend):
 
     async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         return await self.kv.scan(namespace, prefix)
+
+    # ------------------------------------------------------------------ groups (the cluster's)
+    async def group_join(
+        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
+    ) -> JoinGroupResult:
+        return await self.groups.join(group, topics, member_id, session_timeout_ms)
+
+    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
+        return await self.groups.sync(group, member_id, generation)
+
+    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        await self.groups.heartbeat(group, member_id, generation)
+
+    async def group_leave(self, group: str, member_id: str) -> None:
+        await self.groups.leave(group, member_id)
+
+    async def group_describe(self, group: str) -> GroupDescription:
+        return await self.groups.describe(group)
 
 
 def _factory(name: str, options: Any, config: Any) -> Backend:

@@ -14,6 +14,7 @@ import structlog
 import trio
 from kio.schema.errors import ErrorCode as KErr
 from kio.schema.metadata.v7 import request as md_req
+from kio.schema.types import TopicName
 from kio.static.primitive import i32Timedelta
 
 from gateway.backends.base import unsupported
@@ -110,6 +111,7 @@ class KafkaCluster:
         self.topics: dict[str, TopicMeta] = {}
         self.topic_configs: dict[str, tuple[tuple[str, str], ...]] = {}
         self.api_ok: dict[int, bool] | None = None
+        self.api_ranges: dict[int, tuple[int, int]] = {}  # the broker's, from ApiVersions
         self.timeout = config.request_timeout_ms / 1000
         try:
             self._ssl = (
@@ -204,8 +206,14 @@ class KafkaCluster:
                 f"the Kafka broker does not support {', '.join(missing)} at the versions the "
                 f"gateway speaks ({pinned})",
             )
+        self.api_ranges = ranges
         self.api_ok = ok
         self._on_negotiated(ok)
+
+    def api_range(self, api: int) -> tuple[int, int] | None:
+        """The broker's (min, max) version of ``api``, None when it has none (known once
+        negotiated: callers call first)."""
+        return self.api_ranges.get(api)
 
     def require(self, api: int, what: str) -> None:
         if self.api_ok is not None and not self.api_ok.get(api):
@@ -217,7 +225,7 @@ class KafkaCluster:
         request = md_req.MetadataRequest(
             topics=None
             if topics is None
-            else tuple(md_req.MetadataRequestTopic(name=t) for t in topics),
+            else tuple(md_req.MetadataRequestTopic(name=TopicName(t)) for t in topics),
             allow_auto_topic_creation=False,
         )
         response = await self.call(request)

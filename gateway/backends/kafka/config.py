@@ -54,6 +54,13 @@ class KafkaConfig:
     read_ahead: bool = True  # see RecordStore.read (data.py)
     isolation: str = "read_committed"  # or "read_uncommitted": see gateway.backends.kafka
     compression: str = "none"  # of the batches the gateway writes: none|gzip|snappy|lz4|zstd
+    # this gateway's membership in the cluster's consumer groups (gateway/backends/kafka/groups.py)
+    group_session_timeout_ms: int = 6_000  # Kafka's smallest by default
+    group_heartbeat_ms: int = 1_000
+    group_rebalance_timeout_ms: int = 3_000  # how long a round waits for the other gateways
+    max_cluster_groups: int = 1_000  # groups joined at once (each holds one connection)
+    idempotence: bool = True  # producer id + sequences: a retried produce is stored once
+    delivery_timeout_ms: int = 20_000  # an idempotent produce is retried until this long
     # TLS to the brokers (tls = true, or implied by any of the files)
     tls: bool = False
     tls_ca_file: str = ""  # PEM bundle to trust; "" = the system's
@@ -81,6 +88,23 @@ class KafkaConfig:
             path = getattr(self, key)
             if path and not os.path.isfile(path):
                 problems.append(f"{key}: got {path!r}, expected a readable file")
+        if not 0 < self.group_heartbeat_ms < self.group_session_timeout_ms:
+            problems.append(
+                f"group_heartbeat_ms: got {self.group_heartbeat_ms}, expected more than 0 and "
+                f"less than group_session_timeout_ms ({self.group_session_timeout_ms})"
+            )
+        if self.group_rebalance_timeout_ms <= self.group_heartbeat_ms:
+            problems.append(
+                f"group_rebalance_timeout_ms: got {self.group_rebalance_timeout_ms}, expected "
+                f"more than group_heartbeat_ms ({self.group_heartbeat_ms})"
+            )
+        if self.max_cluster_groups < 1:
+            problems.append(f"max_cluster_groups: got {self.max_cluster_groups}, expected >= 1")
+        if self.delivery_timeout_ms <= 0:
+            problems.append(
+                f"delivery_timeout_ms: got {self.delivery_timeout_ms!r}, expected a positive "
+                "number of milliseconds"
+            )
         if self.compression not in CODECS:
             problems.append(f"compression: got {self.compression!r}, expected one of {CODECS}")
         if self.sasl_mechanism and self.sasl_mechanism not in SASL_MECHANISMS:

@@ -11,8 +11,8 @@ import trio
 from kio.schema.errors import ErrorCode as KErr
 from kio.schema.fetch.v10 import request as fetch_req
 from kio.schema.list_offsets.v4 import request as lo_req
-from kio.schema.produce.v7 import request as produce_req
-from kio.static.primitive import i8, i16, i32, i64
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i64
 
 from gateway.backends.base import AppendGate, landed_elsewhere, offset_mismatch
 from gateway.backends.kafka.cluster import (
@@ -24,6 +24,7 @@ from gateway.backends.kafka.cluster import (
 )
 from gateway.backends.kafka.config import CODECS, ISOLATION_LEVELS
 from gateway.backends.kafka.connection import unavailable
+from gateway.backends.kafka.produce import UNKNOWN_OFFSET, Producer
 from gateway.backends.kafka.records import (
     KafkaRecordError,
     canonical_to_batch,
@@ -89,6 +90,7 @@ class RecordStore:
         self._ahead: dict[tuple[str, int], _Ahead] = {}
         self._isolation = ISOLATION_LEVELS[cluster.config.isolation]
         self._codec = CODECS.index(cluster.config.compression)
+        self.producer = Producer(cluster, self.partition_error)
 
     async def append(
         self,
@@ -127,46 +129,29 @@ class RecordStore:
         else:
             records = batch.records
             data, count = encode_batch(records, now // 1000, codec=self._codec), len(records)
-        base = await self.produce(topic, partition, meta, data)
+        base = await self.produce(topic, partition, meta, data, count)
+        if base == UNKNOWN_OFFSET:  # a lost answer's retry, stored before: offsets not known
+            self._fresh.pop((topic, partition), None)
+            return AppendResult(partition, UNKNOWN_OFFSET, UNKNOWN_OFFSET, now)
         self._hw_hint[(topic, partition)] = base + count
         self._fresh.pop((topic, partition), None)
         return AppendResult(partition, base, base + count - 1, now)
 
-    async def produce(self, topic: str, partition: int, meta: TopicMeta, data: bytes) -> int:
-        request = produce_req.ProduceRequest(
-            transactional_id=None,
-            acks=i16(-1),
-            timeout=ms(self.config.request_timeout_ms),
-            topic_data=(
-                produce_req.TopicProduceData(
-                    name=topic,
-                    partition_data=(
-                        produce_req.PartitionProduceData(index=i32(partition), records=data),
-                    ),
-                ),
-            ),
-        )
-        response = await self.cluster.call(
-            request, self.cluster.leader(meta, partition), APPEND_SENT.get()
-        )
-        for t in response.responses:
-            for p in t.partition_responses:
-                if int(p.error_code):
-                    raise await self.partition_error(
-                        topic, partition, p.error_code, f"produce to {topic}/{partition}"
-                    )
-                return int(p.base_offset)
-        raise GatewayError(ErrorCode.INTERNAL, "empty Produce response")
+    async def produce(
+        self, topic: str, partition: int, meta: TopicMeta, data: bytes, count: int = 1
+    ) -> int:
+        """The base offset of ``data`` (one batch of ``count`` records); see ``produce.py``."""
+        return await self.producer.produce(topic, partition, meta, data, count, APPEND_SENT.get())
 
     async def _list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
         """(offset, timestamp) from ListOffsets: -1 latest, -2 earliest, else a time in ms."""
         meta = await self.cluster.topic_meta(topic, partition)
         request = lo_req.ListOffsetsRequest(
-            replica_id=i32(-1),
+            replica_id=BrokerId(-1),
             isolation_level=i8(0),
             topics=(
                 lo_req.ListOffsetsTopic(
-                    name=topic,
+                    name=TopicName(topic),
                     partitions=(
                         lo_req.ListOffsetsPartition(
                             partition_index=i32(partition),
@@ -221,7 +206,7 @@ class RecordStore:
         the last stable offset, with the aborted transactions among the batches it sends."""
         meta = await self.cluster.topic_meta(topic, partition)
         request = fetch_req.FetchRequest(
-            replica_id=i32(-1),
+            replica_id=BrokerId(-1),
             max_wait=ms(wait_ms),  # Tansu answers a zero wait with no partitions at all
             min_bytes=i32(1),
             max_bytes=i32(max(max_bytes, 1)),
@@ -230,7 +215,7 @@ class RecordStore:
             session_epoch=i32(-1),
             topics=(
                 fetch_req.FetchTopic(
-                    topic=topic,
+                    topic=TopicName(topic),
                     partitions=(
                         fetch_req.FetchPartition(
                             partition=i32(partition),

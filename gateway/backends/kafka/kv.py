@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode as KErr
 from kio.schema.find_coordinator.v2 import request as fc_req
 from kio.schema.offset_commit.v6 import request as oc_req
 from kio.schema.offset_fetch.v5 import request as of_req
+from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
 from gateway.backends.kafka.cluster import KafkaCluster, kafka_error
@@ -22,6 +23,9 @@ from gateway.backends.kafka.records import encode_batch
 from gateway.model import ErrorCode, GatewayError, Record, now_us
 
 OFFSETS_NS = "offsets"
+
+Membership = Callable[[str], "tuple[str, int] | None"]
+"""(member id, generation) of this gateway in a cluster group, None when not a member."""
 
 
 class KafkaKV:
@@ -33,8 +37,10 @@ class KafkaKV:
         cluster: KafkaCluster,
         data: RecordStore,
         create_topic: Callable[..., Awaitable[None]],
+        membership: Membership | None = None,
     ) -> None:
         self._cluster = cluster
+        self._membership = membership
         self._data = data
         self._create_topic = create_topic
         self._entries: dict[tuple[str, str], bytes] = {}
@@ -165,19 +171,24 @@ class KafkaKV:
         return node
 
     async def _offset_commit(self, key: str, value: bytes) -> None:
-        """Also commit through Kafka's group offsets: Kafka consumers of the group see it."""
+        """Also commit through Kafka's group offsets: Kafka consumers of the group see it. In a
+        group this gateway is a member of, as that member (Kafka refuses a plain commit to a
+        group with members)."""
         parsed = self._offset_key(key)
         if parsed is None or not (self._cluster.api_ok or {}).get(8):
             return
         group, topic, partition = parsed
         data = json.loads(value)
+        member_id, generation = "", -1
+        if self._membership is not None:
+            member_id, generation = self._membership(group) or ("", -1)
         request = oc_req.OffsetCommitRequest(
-            group_id=group,
-            generation_id_or_member_epoch=i32(-1),
-            member_id="",
+            group_id=GroupId(group),
+            generation_id_or_member_epoch=i32(generation),
+            member_id=member_id,
             topics=(
                 oc_req.OffsetCommitRequestTopic(
-                    name=topic,
+                    name=TopicName(topic),
                     partitions=(
                         oc_req.OffsetCommitRequestPartition(
                             partition_index=i32(partition),
@@ -204,9 +215,11 @@ class KafkaKV:
             return None
         group, topic, partition = parsed
         request = of_req.OffsetFetchRequest(
-            group_id=group,
+            group_id=GroupId(group),
             topics=(
-                of_req.OffsetFetchRequestTopic(name=topic, partition_indexes=(i32(partition),)),
+                of_req.OffsetFetchRequestTopic(
+                    name=TopicName(topic), partition_indexes=(i32(partition),)
+                ),
             ),
         )
         response = await self._cluster.call(request, await self._coordinator(group))

@@ -638,3 +638,16 @@ def _run_batch(run: list[Record]) -> RecordBatch:
     batch = RecordBatch(run, base_offset=run[0].offset)
     batch.max_timestamp_us = max(r.timestamp_us for r in run)
     return batch
+
+
+_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+_PRODUCER_AT = HEAD_SIZE + 22  # after attributes, lastOffsetDelta and both timestamps
+
+
+def stamp_producer(batch: bytes, producer_id: int, epoch: int, sequence: int) -> bytes:
+    """``batch`` (one v2 batch as :func:`canonical_to_batch` writes it) with its producer id,
+    epoch and first sequence set, and its CRC computed again."""
+    out = bytearray(batch)
+    _PRODUCER.pack_into(out, _PRODUCER_AT, producer_id, epoch, sequence)
+    struct.pack_into(">I", out, HEAD_SIZE - 4, crc32c.crc32c(memoryview(out)[HEAD_SIZE:]))
+    return bytes(out)

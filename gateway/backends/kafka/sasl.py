@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from gateway.backends.kafka.connection import BrokerConnection
 
 
+class LoginRefused(GatewayError):
+    """The broker refused the login (BACKEND_UNAVAILABLE, as before; its own type so that a
+    produce is not retried against a broker that will refuse again)."""
+
+
 @dataclass(frozen=True, slots=True, repr=False)  # no repr: it holds the password
 class SaslLogin:
     mechanism: str  # "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512"
@@ -52,7 +57,7 @@ class SaslLogin:
         return bytes(answer.auth_bytes)
 
     def _refused(self, where: str, why: str) -> GatewayError:
-        return GatewayError(
+        return LoginRefused(
             ErrorCode.BACKEND_UNAVAILABLE,
             f"{where} refused SASL {self.mechanism} login of user {self.username!r}: {why}",
         )

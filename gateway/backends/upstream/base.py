@@ -37,6 +37,14 @@ class UpstreamConfig:
     pool_size: int = 4  # connections at most
     connect_timeout_ms: int = 3_000
     request_timeout_ms: int = 10_000
+    local_groups: bool = False
+    """For a protocol whose broker has no consumer groups (TANK, Kafka 0.8): true keeps the
+    groups in this gateway process, as for a local backend. Right only while ONE gateway uses
+    the broker (replicas or ``--workers`` would each run a group of the same name); false
+    (default) refuses group joins with a clear error."""
+    max_group_connections: int = 1000
+    """Iggy: the members this gateway holds in the broker's consumer groups at most (each is a
+    connection of its own: an Iggy member is a connection)."""
 
     def validate(self) -> list[str]:
         problems = []
@@ -47,6 +55,10 @@ class UpstreamConfig:
         host, _, port = self.address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             problems.append(f"address: got {self.address!r}, expected host:port")
+        if self.max_group_connections < 1:
+            problems.append(
+                f"max_group_connections: got {self.max_group_connections}, expected at least 1"
+            )
         if self.pool_size < 1:
             problems.append(f"pool_size: got {self.pool_size}, expected at least 1")
         return problems
@@ -68,13 +80,16 @@ UPSTREAM_CAPABILITIES = Capabilities(
     committed_offsets=False,
     durable=True,
     notifies_appends=False,
+    groups="none",
 )
 """What every upstream server backend shares: the server stores (durable) but keeps no gateway
-key-value state, has no time index we use and sends no append notifications. Each protocol's
-backend overrides the rest with ``upstream_capabilities(...)``."""
+key-value state, has no time index we use and sends no append notifications. Consumer groups:
+``"none"`` unless the protocol's backend runs them on the broker (``groups="backend"``), since
+two gateways on one broker must not each run a group of the same name. Each protocol's backend
+overrides the rest with ``upstream_capabilities(...)``."""
 
 
-def upstream_capabilities(**overrides: bool) -> Capabilities:
+def upstream_capabilities(**overrides: Any) -> Capabilities:
     return replace(UPSTREAM_CAPABILITIES, **overrides)
 
 
@@ -105,6 +120,9 @@ class UpstreamBackend(Backend):
         # per-topic settings the protocol has no place for (kept for this process's lifetime)
         self._topic_config: dict[str, tuple[tuple[str, str], ...]] = {}
         self._append_gate = AppendGate()
+        if config.local_groups and self.capabilities.groups == "none":
+            # an instance attribute: this gateway keeps the groups (one gateway on the broker)
+            self.capabilities = replace(type(self).capabilities, groups="gateway")
 
     # ------------------------------------------------------------------ connections
     async def _connect(self) -> Any:

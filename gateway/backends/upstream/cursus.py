@@ -25,16 +25,21 @@ from gateway.model import (
     AppendResult,
     ErrorCode,
     GatewayError,
+    GroupDescription,
+    JoinGroupResult,
+    MemberAssignment,
     PartitionInfo,
     Record,
     RecordBatch,
+    SyncGroupResult,
     TopicInfo,
 )
 from gateway.protocols.cursus import codec
-from gateway.protocols.cursus.client import CursusClient, ok_fields
+from gateway.protocols.cursus.client import CursusClient, assignments, ok_fields
 
 _CURSUS_HEADERS = (codec.RESERVED_HEADER_PREFIX + "cursus.",)
 _MEMBER = re.compile(r"member=(\S+)")
+_GENERATION = re.compile(r"generation=(\d+)")
 
 
 def _text_error(text: str, what: str) -> GatewayError:
@@ -67,12 +72,16 @@ class CursusUpstream(UpstreamBackend):
         headers=False,
         timestamps=False,
         delete_partitions=False,
+        groups="backend",
     )
 
     def __init__(self, name: str, config: Any) -> None:
         super().__init__(name, config)
         self._group_id = uuid.uuid4().hex[:12]
         self._members: dict[str, tuple[str, str]] = {}  # topic -> (group, member)
+        # consumer groups run by the broker: the member ids it gave this gateway's members
+        self._upstream_ids: dict[tuple[str, str], str] = {}  # (group, our id) -> broker's id
+        self._group_topics: dict[str, str] = {}  # group -> its topic (a Cursus group has one)
 
     async def _connect(self) -> CursusClient:
         return await CursusClient.connect(self.host, self.port)
@@ -214,6 +223,145 @@ class CursusUpstream(UpstreamBackend):
         if not records:
             return []
         return [RecordBatch(records, base_offset=records[0].offset)]
+
+    # ------------------------------------------------------------------ consumer groups
+    # The broker's own groups (JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, GROUP_STATUS),
+    # under ``topic_prefix`` like topics: every gateway on the broker sees one group. The broker
+    # picks member ids (it may add a suffix to the one asked for); this gateway's members keep
+    # the id they were given here and the broker's id is mapped.
+
+    def _down_member(self, group: str, upstream_id: str) -> str:
+        for (g, ours), theirs in self._upstream_ids.items():
+            if g == group and theirs == upstream_id:
+                return ours
+        return upstream_id
+
+    def _up_member(self, group: str, member_id: str) -> str:
+        return self._upstream_ids.get((group, member_id), member_id)
+
+    async def _group_topic(self, group: str) -> str:
+        topic = self._group_topics.get(group)
+        if topic is None:
+            status = await self._group_status(group)
+            topic = self.down(str(status.get("topic_name", ""))) if status else None
+            if not topic:
+                raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"group {group!r} has no members")
+            self._group_topics[group] = topic
+        return topic
+
+    async def _group_status(self, group: str) -> dict[str, Any] | None:
+        reply = await self._text(f"GROUP_STATUS group={self.up(group)}")
+        if not reply.startswith("{"):
+            if "not found" in reply:
+                return None
+            raise _text_error(reply, f"GROUP_STATUS {group}")
+        status: dict[str, Any] = json.loads(reply)
+        return status
+
+    async def group_join(
+        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
+    ) -> JoinGroupResult:
+        if len(topics) != 1:
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                f"group {group!r}: a Cursus group reads one topic, not {len(topics)}",
+            )
+        ours = member_id or f"{group}-{uuid.uuid4().hex[:12]}"
+        asked = self._up_member(group, ours)
+        reply = await self._text(
+            f"JOIN_GROUP topic={self.up(topics[0])} group={self.up(group)} member={asked}", False
+        )
+        found = _MEMBER.search(reply)
+        generation = _GENERATION.search(reply)
+        if not reply.startswith("OK") or not found or not generation:
+            raise _text_error(reply, f"JOIN_GROUP {group}")
+        self._upstream_ids[(group, ours)] = found.group(1)
+        self._group_topics[group] = topics[0]
+        desc = await self.group_describe(group)
+        members = tuple(m.member_id for m in desc.members) or (ours,)
+        return JoinGroupResult(group, ours, int(generation.group(1)), members[0], members)
+
+    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
+        desc = await self.group_describe(group)
+        if member_id not in {m.member_id for m in desc.members}:
+            raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
+        if generation != desc.generation:
+            raise GatewayError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation} is not the group's current {desc.generation}",
+            )
+        topic = await self._group_topic(group)
+        reply = await self._text(
+            f"SYNC_GROUP topic={self.up(topic)} group={self.up(group)} "
+            f"member={self._up_member(group, member_id)} generation={generation}"
+        )
+        if not reply.startswith("OK"):
+            if "not found" in reply:
+                raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
+            if "GEN_MISMATCH" in reply:
+                raise GatewayError(ErrorCode.ILLEGAL_GENERATION, f"group {group!r} rebalanced")
+            raise _text_error(reply, f"SYNC_GROUP {group}")
+        partitions = tuple((topic, p) for p in assignments(reply))
+        return SyncGroupResult(MemberAssignment(member_id, partitions))
+
+    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        topic = await self._group_topic(group)
+        reply = await self._text(
+            f"HEARTBEAT topic={self.up(topic)} group={self.up(group)} "
+            f"member={self._up_member(group, member_id)} generation={generation}"
+        )
+        if reply.startswith("OK"):
+            return
+        if "GEN_MISMATCH" in reply:
+            raise GatewayError(
+                ErrorCode.REBALANCE_IN_PROGRESS, f"group {group!r} rebalanced: join again"
+            )
+        if "not_found" in reply or "not found" in reply:
+            raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
+        raise _text_error(reply, f"HEARTBEAT {group}")
+
+    async def group_leave(self, group: str, member_id: str) -> None:
+        topic = await self._group_topic(group)
+        upstream_id = self._upstream_ids.pop((group, member_id), member_id)
+        reply = await self._text(
+            f"LEAVE_GROUP topic={self.up(topic)} group={self.up(group)} member={upstream_id}",
+            False,
+        )
+        if "not found" in reply or "not_found" in reply:
+            raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member_id!r}")
+        if reply.startswith("ERROR") or "ERROR:" in reply:
+            raise _text_error(reply, f"LEAVE_GROUP {group}")
+
+    async def group_describe(self, group: str) -> GroupDescription:
+        status = await self._group_status(group) or {}
+        members = status.get("members") or []
+        generation = int(status.get("generation", 0))
+        if not members:
+            # forget the group's ids: nothing of it is left on the broker
+            for key in [k for k in self._upstream_ids if k[0] == group]:
+                del self._upstream_ids[key]
+            self._group_topics.pop(group, None)
+            return GroupDescription(group, "empty", generation, ())
+        topic = self.down(str(status.get("topic_name", ""))) or ""
+        if topic:
+            self._group_topics[group] = topic
+        live = {str(m["member_id"]) for m in members}
+        for key in [k for k, v in self._upstream_ids.items() if k[0] == group and v not in live]:
+            del self._upstream_ids[key]  # expired or left on the broker: bounded by its members
+        out = tuple(
+            MemberAssignment(
+                self._down_member(group, str(m["member_id"])),
+                tuple((topic, int(p)) for p in m.get("assignments") or ()),
+            )
+            for m in members
+        )
+        return GroupDescription(
+            group,
+            "stable",
+            generation,
+            tuple(sorted(out, key=lambda m: m.member_id)),
+            (topic,) if topic else (),
+        )
 
 
 def make(name: str, config: Any) -> CursusUpstream:

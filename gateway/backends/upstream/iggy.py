@@ -19,15 +19,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
+from gateway.backends.upstream.iggy_groups import IggyGroups
+from gateway.backends.upstream.iggy_status import status_error
 from gateway.model import (
     RESERVED_HEADER_PREFIX,
     AppendResult,
     ErrorCode,
     GatewayError,
+    GroupDescription,
+    JoinGroupResult,
     PartitionInfo,
     Record,
     RecordBatch,
+    SyncGroupResult,
     TopicInfo,
 )
 from gateway.protocols.iggy import codec as c
@@ -41,31 +48,6 @@ from gateway.protocols.iggy.messages import (
 )
 
 DEFAULT_STREAM = "default"
-S = c.Status
-_STATUS: dict[int, ErrorCode] = {
-    S.STREAM_ID_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
-    S.STREAM_NAME_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
-    S.TOPIC_ID_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
-    S.TOPIC_NAME_NOT_FOUND: ErrorCode.UNKNOWN_TOPIC,
-    S.TOPIC_ID_ALREADY_EXISTS: ErrorCode.TOPIC_EXISTS,
-    S.TOPIC_NAME_ALREADY_EXISTS: ErrorCode.TOPIC_EXISTS,
-    S.INVALID_TOPIC_NAME: ErrorCode.INVALID_TOPIC,
-    S.INVALID_STREAM_NAME: ErrorCode.INVALID_TOPIC,
-    S.TOO_MANY_PARTITIONS: ErrorCode.INVALID_PARTITIONS,
-    S.PARTITION_NOT_FOUND: ErrorCode.UNKNOWN_PARTITION,
-    S.NO_PARTITIONS: ErrorCode.INVALID_PARTITIONS,
-    S.INVALID_OFFSET: ErrorCode.OFFSET_OUT_OF_RANGE,
-    S.TOO_BIG_HEADERS_PAYLOAD: ErrorCode.RECORD_TOO_LARGE,
-    S.TOO_BIG_MESSAGE_PAYLOAD: ErrorCode.RECORD_TOO_LARGE,
-    S.INVALID_HEADER_KEY: ErrorCode.INVALID_REQUEST,
-    S.INVALID_HEADER_VALUE: ErrorCode.INVALID_REQUEST,
-    S.EMPTY_MESSAGE_PAYLOAD: ErrorCode.INVALID_REQUEST,
-    S.INVALID_MESSAGES_COUNT: ErrorCode.INVALID_REQUEST,
-    S.UNAUTHENTICATED: ErrorCode.UNAUTHENTICATED,
-    S.UNAUTHORIZED: ErrorCode.UNAUTHORIZED,
-    S.INVALID_CREDENTIALS: ErrorCode.UNAUTHENTICATED,
-    S.FEATURE_UNAVAILABLE: ErrorCode.UNSUPPORTED,
-}
 
 
 def _sendable(headers: Any, kinds: bool = False) -> tuple[tuple[str, bytes], ...]:
@@ -82,10 +64,6 @@ def _sendable(headers: Any, kinds: bool = False) -> tuple[tuple[str, bytes], ...
     return tuple(out)
 
 
-def status_error(exc: IggyStatusError, what: str) -> GatewayError:
-    return GatewayError(_STATUS.get(exc.status, ErrorCode.INTERNAL), f"{what}: {exc}")
-
-
 class IggyUpstream(UpstreamBackend):
     protocol = "iggy"
     serial_appends = True  # the send answer has no offsets: read from the watermark after
@@ -93,7 +71,44 @@ class IggyUpstream(UpstreamBackend):
     capabilities = upstream_capabilities(
         keys=False,
         timestamps=False,
+        groups="backend",  # the broker's groups (iggy_groups.py)
     )
+
+    def __init__(self, name: str, config: Any) -> None:
+        super().__init__(name, config)
+        self.groups = IggyGroups(
+            name,
+            self._connect,
+            self.split,
+            config.max_group_connections,
+            config.connect_timeout_ms / 1000,
+            config.request_timeout_ms / 1000,
+        )
+
+    async def open(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self.groups.run)  # drops members whose clients went silent
+
+    async def close(self) -> None:
+        await self.groups.aclose()
+        await super().close()
+
+    # ------------------------------------------------------------------ consumer groups
+    async def group_join(
+        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
+    ) -> JoinGroupResult:
+        return await self.groups.join(group, topics, member_id, session_timeout_ms)
+
+    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
+        return await self.groups.sync(group, member_id, generation)
+
+    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        await self.groups.heartbeat(group, member_id, generation)
+
+    async def group_leave(self, group: str, member_id: str) -> None:
+        await self.groups.leave(group, member_id)
+
+    async def group_describe(self, group: str) -> GroupDescription:
+        return await self.groups.describe(group)
 
     async def _connect(self) -> IggyClient:
         client = await IggyClient.connect(self.host, self.port)

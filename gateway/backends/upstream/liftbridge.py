@@ -15,6 +15,8 @@ up offsets by time through this backend, keep offset metadata or a key-value sto
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any
 
 from gateway.backends.base import unsupported
@@ -24,12 +26,17 @@ from gateway.model import (
     AppendResult,
     ErrorCode,
     GatewayError,
+    GroupDescription,
+    JoinGroupResult,
+    MemberAssignment,
     PartitionInfo,
     Record,
     RecordBatch,
+    SyncGroupResult,
     TopicInfo,
 )
 from gateway.protocols.liftbridge import codec as lc
+from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 from gateway.protocols.liftbridge.client import GrpcStatusError, LiftbridgeClient
 
 SERVER_HEADERS = frozenset({"subject", "reply"})
@@ -65,7 +72,14 @@ class LiftbridgeUpstream(UpstreamBackend):
         topic_admin=False,
         delete_topics=True,
         delete_partitions=False,
+        groups="backend",  # the broker's consumer groups (below)
     )
+
+    def __init__(self, name: str, config: Any) -> None:
+        super().__init__(name, config)
+        # this gateway's members of the broker's groups: (group, member) -> session timeout (s)
+        # and when its client was last heard; the broker has no call listing a group's members
+        self._held: dict[tuple[str, str], list[float]] = {}
 
     async def _connect(self) -> LiftbridgeClient:
         return await LiftbridgeClient.connect(self.host, self.port)
@@ -194,6 +208,120 @@ class LiftbridgeUpstream(UpstreamBackend):
         ]
         records = within(records, max_records, max_bytes)
         return [RecordBatch(records, base_offset=offset)] if records else []
+
+    # ------------------------------------------------------------------ consumer groups
+    # The broker's groups (JoinConsumerGroup, FetchConsumerGroupAssignments - also the
+    # heartbeat -, LeaveConsumerGroup), under ``topic_prefix`` like streams. The group's epoch
+    # is the model's generation - 1. The broker lists no group's members: a gateway describes
+    # its own members (their assignments and the group's epoch, from the broker).
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        for key, (timeout, seen) in list(self._held.items()):
+            if now - seen > timeout:  # its client went silent: the broker drops it too
+                del self._held[key]
+
+    def _touch(self, group: str, member_id: str) -> None:
+        held = self._held.get((group, member_id))
+        if held is not None:
+            held[1] = time.monotonic()
+
+    async def _group_rpc(self, method: str, request: Any, what: str, member: str) -> Any:
+        async def run(client: LiftbridgeClient) -> Any:
+            try:
+                return await client.call(method, request)
+            except GrpcStatusError as exc:
+                return exc
+
+        result = await self.call(run, retry=method != "LeaveConsumerGroup")
+        if isinstance(result, GrpcStatusError):
+            if result.status in (lc.Status.NOT_FOUND, lc.Status.FAILED_PRECONDITION):
+                raise GatewayError(ErrorCode.UNKNOWN_MEMBER, f"unknown member {member!r}")
+            raise status_error(result, what)
+        return result
+
+    async def _assignment(
+        self, group: str, member_id: str, touch: bool = True
+    ) -> tuple[int, MemberAssignment]:
+        """(generation, the member's partitions) as the broker has them now; ``touch``: the
+        member's client asked (a heartbeat), else a describe."""
+        resp = await self._group_rpc(
+            "FetchConsumerGroupAssignments",
+            pb.FetchConsumerGroupAssignmentsRequest(
+                groupId=self.up(group), consumerId=member_id, epoch=0
+            ),
+            f"assignments of {group}",
+            member_id,
+        )
+        if touch:
+            self._touch(group, member_id)
+        partitions = []
+        for a in resp.assignments:
+            topic = self.down(a.stream)
+            if topic is not None:
+                partitions += [(topic, int(p)) for p in a.partitions]
+        return int(resp.epoch) + 1, MemberAssignment(member_id, tuple(sorted(partitions)))
+
+    async def group_join(
+        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
+    ) -> JoinGroupResult:
+        member_id = member_id or f"{group}-{uuid.uuid4().hex[:12]}"
+        resp = await self._group_rpc(
+            "JoinConsumerGroup",
+            pb.JoinConsumerGroupRequest(
+                groupId=self.up(group), consumerId=member_id, streams=[self.up(t) for t in topics]
+            ),
+            f"join {group}",
+            member_id,
+        )
+        self._held[(group, member_id)] = [session_timeout_ms / 1000, time.monotonic()]
+        desc = await self.group_describe(group)
+        members = tuple(m.member_id for m in desc.members) or (member_id,)
+        return JoinGroupResult(group, member_id, int(resp.epoch) + 1, members[0], members)
+
+    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
+        current, assignment = await self._assignment(group, member_id)
+        if generation != current:
+            raise GatewayError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation} is not the group's current {current}",
+            )
+        return SyncGroupResult(assignment)
+
+    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        current, _ = await self._assignment(group, member_id)
+        if generation != current:
+            raise GatewayError(
+                ErrorCode.REBALANCE_IN_PROGRESS, f"group {group!r} rebalanced: join again"
+            )
+
+    async def group_leave(self, group: str, member_id: str) -> None:
+        self._held.pop((group, member_id), None)
+        await self._group_rpc(
+            "LeaveConsumerGroup",
+            pb.LeaveConsumerGroupRequest(groupId=self.up(group), consumerId=member_id),
+            f"leave {group}",
+            member_id,
+        )
+
+    async def group_describe(self, group: str) -> GroupDescription:
+        self._sweep()
+        generation, members = 0, []
+        for g, member_id in list(self._held):
+            if g != group:
+                continue
+            try:
+                generation, assignment = await self._assignment(group, member_id, touch=False)
+            except GatewayError as exc:
+                if exc.code is not ErrorCode.UNKNOWN_MEMBER:
+                    raise
+                self._held.pop((group, member_id), None)  # the broker dropped it
+                continue
+            members.append(assignment)
+        if not members:
+            return GroupDescription(group, "empty", 0, ())
+        topics = tuple(sorted({t for m in members for t, _ in m.partitions}))
+        return GroupDescription(group, "stable", generation, tuple(members), topics)
 
 
 def make(name: str, config: Any) -> LiftbridgeUpstream:

@@ -15,7 +15,6 @@ import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from gateway.core.view import CoreView
 from gateway.model import (
@@ -32,7 +31,8 @@ from gateway.model import (
     TopicDescription,
     TopicInfo,
 )
-from gateway.protocols.cursus import codec
+from gateway.protocols.base import ConnectionContext
+from gateway.protocols.cursus import CursusListenerConfig, codec
 from gateway.protocols.cursus.gotext import (
     fnv1a64,
     go_atoi,
@@ -180,9 +180,9 @@ class CommandsAug2026:
     attributes below and the group look-ups of
     :class:`~gateway.protocols.cursus.groups.GroupCommands`."""
 
-    ctx: Any
+    ctx: ConnectionContext
     core: CoreView
-    cfg: Any
+    cfg: CursusListenerConfig
     state: CursusState
     _topic: Callable[[str], Awaitable[TopicInfo | None]]
     _describe_group: Callable[[str], Awaitable[GroupDescription]]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -46,7 +45,8 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
-from gateway.protocols.cursus import codec
+from gateway.protocols.base import ConnectionContext
+from gateway.protocols.cursus import CursusListenerConfig, codec
 from gateway.protocols.cursus.block import CURSUS_BLOCK
 from gateway.protocols.cursus.codec import (
     Ack,
@@ -145,10 +145,12 @@ class CommonArgs:
 
 
 class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
         self.core = ctx.core
-        self.cfg = ctx.listener
+        cfg = ctx.listener
+        assert isinstance(cfg, CursusListenerConfig)
+        self.cfg = cfg
         self.state = state_for(ctx.core)
         self.log = ctx.log.bind(protocol=PROTOCOL, peer=ctx.peer)
         self._interrupt: trio.CancelScope | None = None
@@ -678,7 +680,7 @@ def _bytes(reply: str | bytes) -> bytes:
     return reply.encode() if isinstance(reply, str) else reply
 
 
-async def handle_connection(stream: trio.abc.Stream, ctx: Any) -> None:
+async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> None:
     """The ProtocolSpec entry point: serve one connection until the peer closes."""
     await drive(stream, ctx, CursusConnectionSession(ctx))
 
@@ -689,7 +691,7 @@ class CursusConnectionSession:
 
     receive_bytes = RECV_BYTES
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: ConnectionContext) -> None:
         self.session = CursusSession(ctx)
         self._frames = FrameBuffer(ctx.listener.max_frame_bytes)
         self.framing = self

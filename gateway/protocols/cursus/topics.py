@@ -19,7 +19,8 @@ from gateway.model import (
     TopicDescription,
     TopicInfo,
 )
-from gateway.protocols.cursus import codec
+from gateway.protocols.base import ConnectionContext
+from gateway.protocols.cursus import CursusListenerConfig, codec
 from gateway.protocols.cursus.gotext import go_atoi
 from gateway.protocols.cursus.state import DEFAULT_GROUP, CursusState, GroupBinding
 
@@ -35,9 +36,9 @@ class TopicCommands:
     """The topic commands of :class:`~gateway.protocols.cursus.session.CursusSession`, which
     mixes this class in and provides the attributes below."""
 
-    ctx: Any
+    ctx: ConnectionContext
     core: CoreView
-    cfg: Any
+    cfg: CursusListenerConfig
     state: CursusState
     _topic: Callable[[str], Awaitable[TopicInfo | None]]
 

@@ -166,7 +166,7 @@ class ServerConnection:
         self._buf = ReceiveBuffer()
         self.broken = False
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         self._buf.feed(data)
 
     @property
@@ -252,7 +252,7 @@ class ClientConnection:
         self._pending.append(req.CODE)
         return encode_request(req, self.dialect)
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         self._buf.feed(data)
 
     def next_response(self) -> Response | None:

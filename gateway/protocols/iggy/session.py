@@ -20,10 +20,12 @@ import socket
 import struct
 import time
 import zlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
+from gateway.core.view import CoreView
 from gateway.model import (
     CommitOffset,
     CreatePartitions,
@@ -35,6 +37,7 @@ from gateway.model import (
     Fetch,
     FetchOffset,
     GatewayError,
+    GroupDescription,
     JoinGroup,
     LeaveGroup,
     ListOffsets,
@@ -55,13 +58,19 @@ from gateway.observability import (
     protocol_error,
 )
 from gateway.protocols.answers import LIMIT
-from gateway.protocols.base import PerCore
+from gateway.protocols.base import ConnectionContext, PerCore
 from gateway.protocols.driver import Connection, drive
 from gateway.protocols.iggy import IggyListenerConfig
 from gateway.protocols.iggy import codec as c
 from gateway.protocols.iggy.auth import LoginGuard, check_credentials, peer_host
 from gateway.protocols.iggy.messages import poll_reply, send_batch
-from gateway.protocols.iggy.registry import GroupEntry, IggyError, Registry, TopicEntry
+from gateway.protocols.iggy.registry import (
+    GroupEntry,
+    IggyError,
+    Registry,
+    StreamEntry,
+    TopicEntry,
+)
 
 PROTOCOL = "iggy"
 GROUP_SESSION_TIMEOUT_MS = 24 * 3600 * 1000  # Iggy members live as long as their connection
@@ -106,7 +115,7 @@ class ClientInfo:
 class IggyState:
     """What every Iggy connection of one core shares."""
 
-    def __init__(self, core: Any, listener: IggyListenerConfig) -> None:
+    def __init__(self, core: CoreView, listener: IggyListenerConfig) -> None:
         self.registry = Registry(core, listener.default_stream, listener.stream_separator)
         self.clients: dict[int, ClientInfo] = {}
         self.member_client: dict[str, int] = {}
@@ -127,7 +136,7 @@ class IggyState:
 _STATES: PerCore[IggyState] = PerCore()
 
 
-def state_for(core: Any, listener: IggyListenerConfig) -> IggyState:
+def state_for(core: CoreView, listener: IggyListenerConfig) -> IggyState:
     return _STATES.get(core, lambda: IggyState(core, listener))
 
 
@@ -135,10 +144,12 @@ def state_for(core: Any, listener: IggyListenerConfig) -> IggyState:
 
 
 class IggySession:
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
         self.core = ctx.core
-        self.cfg = ctx.listener
+        cfg = ctx.listener
+        assert isinstance(cfg, IggyListenerConfig)
+        self.cfg = cfg
         self.log = ctx.log
         self.state = state_for(self.core, self.cfg)
         self.registry = self.state.registry
@@ -148,7 +159,8 @@ class IggySession:
         # model group name -> (member id, canonical topics joined through this connection)
         self.memberships: dict[str, tuple[str, set[str]]] = {}
         self._rr: dict[str, int] = {}
-        self._handlers = {
+        # each handler takes its own request type: the dispatch by type(req) pairs them
+        self._handlers: dict[type[c.Request], Callable[[Any], Awaitable[object]]] = {
             c.Ping: self.ping,
             c.GetStats: self.get_stats,
             c.GetMe: self.get_me,
@@ -281,7 +293,7 @@ class IggySession:
             kernel_version=uname.release,
         )
 
-    def _client_record(self, info: Any) -> c.ClientRecord:
+    def _client_record(self, info: ClientInfo) -> c.ClientRecord:
         groups = tuple(sorted(info.groups))
         return c.ClientRecord(info.client_id, 1, info.address, len(groups), groups)
 
@@ -320,7 +332,9 @@ class IggySession:
             t.replication,
         )
 
-    def _partition_records(self, t: TopicEntry, d: TopicDescription) -> tuple:
+    def _partition_records(
+        self, t: TopicEntry, d: TopicDescription
+    ) -> tuple[c.PartitionRecord, ...]:
         return tuple(
             c.PartitionRecord(
                 p.partition + 1,
@@ -333,7 +347,7 @@ class IggySession:
             for p in d.partitions
         )
 
-    async def _stream_details(self, s: Any) -> c.StreamDetails:
+    async def _stream_details(self, s: StreamEntry) -> c.StreamDetails:
         topics = []
         messages = 0
         for t in self.registry.topics_of(s.id):
@@ -492,7 +506,8 @@ class IggySession:
             return [p for topic, p in synced.assignment.partitions if topic == t.canonical]
         return []
 
-    async def poll(self, req: c.PollMessages) -> c.PolledMessages:
+    async def poll(self, req: c.PollMessages) -> c.PolledMessages | bytes:
+        """The answer object when empty, else the hand-written payload (the hot path)."""
         t = await self.registry.topic(req.stream, req.topic)
         count = await self._partitions(t)
         if count == 0:
@@ -570,11 +585,19 @@ class IggySession:
         await self.core.execute(CommitOffset(group, t.canonical, partition, req.offset + 1))
 
     # ------------------------------------------------------------------ consumer groups
-    async def _group(self, req: Any) -> tuple[TopicEntry, GroupEntry]:
+    async def _group(
+        self,
+        req: c.GetConsumerGroup
+        | c.DeleteConsumerGroup
+        | c.JoinConsumerGroup
+        | c.LeaveConsumerGroup,
+    ) -> tuple[TopicEntry, GroupEntry]:
         t = await self.registry.topic(req.stream, req.topic)
         return t, await self.registry.group(t, req.group_id)
 
-    def _members_of(self, g: GroupEntry, t: TopicEntry, desc: Any) -> list[tuple[int, tuple]]:
+    def _members_of(
+        self, g: GroupEntry, t: TopicEntry, desc: GroupDescription
+    ) -> list[tuple[int, tuple[int, ...]]]:
         out = []
         for m in desc.members:
             parts = tuple(sorted(p + 1 for topic, p in m.partitions if topic == t.canonical))
@@ -671,7 +694,7 @@ class IggySession:
 # ----------------------------------------------------------------------------- connection
 
 
-async def handle_connection(stream: trio.abc.Stream, ctx: Any) -> None:
+async def handle_connection(stream: trio.abc.Stream, ctx: ConnectionContext) -> None:
     """Serve one Iggy connection until the peer closes, a frame is undecodable (closed without
     an error frame, like the reference server) or the gateway drains. Idle and read timeouts
     are the server's (its stream wrapper)."""
@@ -685,7 +708,7 @@ class IggyConnectionSession:
 
     receive_bytes = RECEIVE_BYTES
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: ConnectionContext) -> None:
         self.session = IggySession(ctx)
         self.framing = self
         self.receive_data = self.session.conn.receive_data

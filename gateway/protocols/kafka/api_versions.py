@@ -15,7 +15,9 @@ API_VERSIONS = 18
 MAX_VERSION = 3
 
 
-def advertised(apis: dict[int, Any], legacy: tuple[tuple[int, int, int], ...]) -> list[tuple]:
+def advertised(
+    apis: dict[int, Any], legacy: tuple[tuple[int, int, int], ...]
+) -> list[tuple[int, int, int]]:
     """(key, min, max) rows: each modern range, extended down to the 0.8 session's versions of
     the same key when they meet it (ranges cannot have holes); 0.8-only keys as they are."""
     rows: dict[int, tuple[int, int]] = {
@@ -57,8 +59,8 @@ def _row(cls: Any, row: tuple[int, int, int]) -> Any:
     return module.ApiVersion(api_key=i16(row[0]), min_version=i16(row[1]), max_version=i16(row[2]))
 
 
-async def handle(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
-    from gateway.protocols.kafka.dispatch import advertised_table
-
+def answer(ctx: KafkaContext, header: RequestHeader, table: list[tuple[int, int, int]]) -> Any:
+    """The ApiVersions answer with ``table``, the rows the listener advertises (the dispatch
+    table builds them, and registers this answer)."""
     ctx.count("api_versions", "ok" if header.api_version <= MAX_VERSION else "35")
-    return response(header.api_version, advertised_table())
+    return response(header.api_version, table)

@@ -84,9 +84,14 @@ def _reader(cls: Any) -> Any:
     return entity_reader(cls)
 
 
-@cache
+_WRITERS: dict[Any, Any] = {}
+
+
 def _writer(cls: Any) -> Any:
-    return entity_writer(cls)
+    writer = _WRITERS.get(cls)
+    if writer is None:
+        writer = _WRITERS[cls] = entity_writer(cls)
+    return writer
 
 
 def decode_header(payload: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:

@@ -13,7 +13,7 @@ from gateway.protocols.kafka.errors import CLIENT_ERRORS, kafka_error
 
 if TYPE_CHECKING:
     from gateway.config import GatewayConfig
-    from gateway.core.engine import Core
+    from gateway.core.view import CoreView
     from gateway.protocols.base import ConnectionContext
 
 PROTOCOL = "kafka08"
@@ -68,7 +68,7 @@ class KafkaContext:
         return bool(getattr(self.conn.listener, "sasl_mechanisms", ()))
 
     @property
-    def core(self) -> Core:
+    def core(self) -> CoreView:
         return self.conn.core
 
     @property

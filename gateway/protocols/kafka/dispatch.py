@@ -61,13 +61,17 @@ class Api:
     handler: Handler
 
 
+async def _api_versions(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
+    return api_versions.answer(ctx, header, advertised_table())
+
+
 APIS: dict[int, Api] = {
     0: Api("produce", 3, 9, produce.handle),
     1: Api("fetch", 4, 13, fetch.handle),
     2: Api("list_offsets", 1, 7, list_offsets.handle),
     3: Api("metadata", 1, 12, metadata.handle),
     17: Api("sasl_handshake", 1, 1, sasl.handshake),
-    18: Api("api_versions", 0, 3, api_versions.handle),
+    18: Api("api_versions", 0, 3, _api_versions),
     22: Api("init_producer_id", 0, 4, producer_id.handle),
     36: Api("sasl_authenticate", 0, 2, sasl.authenticate),
     60: Api("describe_cluster", 0, 1, cluster.handle),
@@ -104,13 +108,16 @@ SASL_KEYS = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
 def route(api_key: int, version: int) -> bool:
     """True when (key, version) is answered here rather than by the 0.8 session: ApiVersions
     always (any version: an unknown one gets UNSUPPORTED_VERSION), the 0.8 session's own
-    versions never, every other version of an ``APIS`` row."""
+    versions never, every version of an ``APIS`` row from its lowest up (above its highest:
+    closed with a protocol error)."""
     if api_key == api_versions.API_VERSIONS:
         return True
     if _legacy(api_key, version):
         return False
     api = APIS.get(api_key)
-    return api is not None and api.min_version <= version <= api.max_version
+    # above the range too: refused here (closed) rather than misread by the 0.8 code, which
+    # reads any version of its APIs as v0; below it, the 0.8 code's behaviour is unchanged
+    return api is not None and api.min_version <= version
 
 
 def router(ctx: KafkaContext) -> Callable[[int, int], bool]:

@@ -39,7 +39,7 @@ class _Part:
         self.code = 0
         self.hw = -1
         self.lso = -1
-        self.data: list[bytes] = []
+        self.data: list[bytes | memoryview] = []
 
 
 async def _read(

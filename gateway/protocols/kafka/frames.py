@@ -24,7 +24,7 @@ class Frames:
         self._frames = FrameBuffer(max_frame_bytes)
         self._route = route
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         self._frames.feed(data)
 
     @property

@@ -119,7 +119,7 @@ async def handle(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
                 topic_cls,
                 error_code=K.none,
                 name=name,
-                topic_id=topic_id(name),
+                topic_id=topic_id(name, ctx.core),
                 partitions=parts,
                 **common,
             )

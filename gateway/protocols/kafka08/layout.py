@@ -180,7 +180,7 @@ TAGS = TaggedFields()
 def layout(name: str, *fields: tuple[str, Type]) -> Layout:
     """A Kafka structure; fields of type :data:`TAGS` at the end default to None so callers
     need not pass them."""
-    defaults = {}
+    defaults: dict[str, None] = {}
     for field_name, t in reversed(fields):
         if t is not TAGS:
             break

@@ -61,6 +61,8 @@ from gateway.protocols.kafka08.compression import CODECS
 from gateway.protocols.kafka08.messageset import InvalidMessageSet, encode_fetch, parse_produce
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from gateway.protocols.base import ConnectionContext
 
 PROTOCOL = "kafka08"
@@ -95,7 +97,7 @@ CLIENT_ERRORS = frozenset(
 )
 """Errors caused by what the client asked for: counted in gateway_protocol_errors_total."""
 
-API_NAMES = {
+API_NAMES: dict[int, str] = {  # keyed by ApiKey, looked up by a request's int api_key
     ApiKey.PRODUCE: "produce",
     ApiKey.FETCH: "fetch",
     ApiKey.OFFSETS: "offsets",
@@ -145,7 +147,7 @@ class Session:
         self._duplicates_logged = False
         self._records_in = labelled(RECORDS_IN, PROTOCOL)
         self._records_out = labelled(RECORDS_OUT, PROTOCOL)
-        self._handlers = {
+        self._handlers: dict[int, Callable[[Request], Awaitable[Any]]] = {
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
             ApiKey.OFFSETS: self.offsets,

@@ -184,20 +184,19 @@ class LiftbridgeClient:
             raise
         calls = self._calls
         for ev in events:
-            t = type(ev)
-            if t is MessageReceived:
+            if type(ev) is MessageReceived:
                 call = calls.get(ev.stream_id)
                 if call is not None:
                     call.items.extend(ev.messages)
-            elif t is CallEnded or t is CallError:
+            elif type(ev) is CallEnded or type(ev) is CallError:
                 call = calls.pop(ev.stream_id, None)
                 if call is not None:
                     call.items.append(_Ended(ev.status, ev.message))
-            elif t is CallReset:
+            elif type(ev) is CallReset:
                 call = calls.pop(ev.stream_id, None)
                 if call is not None:
                     call.items.append(EOFError(f"{call.method}: the server reset the call"))
-            elif t is ConnectionClosed:
+            elif type(ev) is ConnectionClosed:
                 self._last_stream = ev.last_stream_id
                 for sid in [s for s in calls if s > ev.last_stream_id]:
                     call = calls.pop(sid)

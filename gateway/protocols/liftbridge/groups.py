@@ -6,12 +6,14 @@ coordinator."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.model import DescribeGroup, JoinGroup, LeaveGroup, SyncGroup, TopicInfo
+from gateway.model import Command, DescribeGroup, JoinGroup, LeaveGroup, SyncGroup, TopicInfo
 from gateway.protocols.liftbridge import liftbridge_api_pb2 as pb
 from gateway.protocols.liftbridge.codec import Status
 from gateway.protocols.liftbridge.statuses import RpcError, text
+
+R = TypeVar("R")
 
 CONSUMER_TIMEOUT_NS = 15_000_000_000
 COORDINATOR_TIMEOUT_NS = 15_000_000_000
@@ -22,8 +24,11 @@ class GroupRpcs:
     (a mixin: it uses the service's ``_execute``, ``_stream`` and ``broker_id``)."""
 
     broker_id: str
-    _execute: Callable[[Any], Awaitable[Any]]
     _stream: Callable[..., Awaitable[TopicInfo]]
+
+    if TYPE_CHECKING:  # the service's
+
+        async def _execute(self, command: Command[R]) -> R: ...
 
     async def JoinConsumerGroup(
         self, req: pb.JoinConsumerGroupRequest

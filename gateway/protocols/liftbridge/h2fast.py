@@ -49,7 +49,7 @@ from gateway.protocols.liftbridge.grpc_wire import (
 )
 
 if TYPE_CHECKING:
-    from gateway.protocols.liftbridge.codec import GrpcConnection
+    from gateway.protocols.errors import RemoteProtocolError
 
 _MAX_WINDOW = 2**31 - 1  # RFC 7540 6.9.1
 _REQUEST_FLAGS = h2.utilities.HeaderValidationFlags(
@@ -202,7 +202,7 @@ class _CachingDecoder(hpack.Decoder):
         """What a decode checks against, part of a kept block's key."""
         return (self.max_header_list_size, self.max_allowed_table_size, self.header_table.maxsize)
 
-    def decode(self, data: bytes, raw: bool = False) -> list[Any]:  # type: ignore[override]
+    def decode(self, data: bytes, raw: bool = False) -> list[Any]:
         key = (bytes(data), raw)
         table = self.header_table
         limits = self._limits()
@@ -234,7 +234,34 @@ class H2FastPath:
     (a mixin: they use its state and its slow path, ``_h2_feed``, ``_take``, ``_open_call``,
     ``_on_stream_ended``, ``_forget``, ``_count_reset``, ``_connection_error``)."""
 
-    def _install(self: GrpcConnection) -> None:
+    if TYPE_CHECKING:  # what GrpcConnection provides (set in its __init__, defined there)
+        client: bool
+        _h2: h2.connection.H2Connection
+        _streams: dict[int, _Stream]
+        _blocked: dict[int, _Stream]
+        _closed: bool
+        _broken: bool
+        _goaway_sent: bool
+        _can_detach: bool
+        _flush_needed: bool
+        _out_extra: bytearray
+        _inbuf: bytearray
+        _preface_left: int
+        _max_in_frame: int
+
+        def _h2_feed(self, data: bytes) -> list[Event]: ...
+        def _take(
+            self, st: _Stream, data: bytes | memoryview, length: int, out: list[Event]
+        ) -> None: ...
+        def _open_call(self, sid: int, headers: list[Any], out: list[Event]) -> _Stream: ...
+        def _on_stream_ended(self, sid: int, out: list[Event]) -> None: ...
+        def _forget(self, sid: int) -> _Stream | None: ...
+        def _drop(self, sid: int) -> None: ...
+        def _count_reset(self) -> None: ...
+        def _connection_error(self, message: str) -> RemoteProtocolError: ...
+        def _flush_all(self) -> None: ...
+
+    def _install(self) -> None:
         """Swap in the caching HPACK decoder and decide whether calls may bypass h2 (see
         ``_detach``): both only with the internals they read."""
         stock = self._h2.decoder
@@ -249,7 +276,7 @@ class H2FastPath:
             and hasattr(self._h2.incoming_buffer, "_headers_buffer")
         )
 
-    def receive_data(self: GrpcConnection, data: bytes) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray) -> list[Event]:
         """Feed bytes from the peer; returns the gRPC events they complete.
 
         Plain DATA frames (no flags) of calls in progress are cut here without h2: per message,
@@ -370,7 +397,7 @@ class H2FastPath:
             self._flush_all()
         return out
 
-    def _window_updated(self: GrpcConnection, sid: int, increment: int) -> bool:
+    def _window_updated(self, sid: int, increment: int) -> bool:
         """A WINDOW_UPDATE for the connection or an open stream, applied to h2's own outbound
         window counters exactly as h2's handler does (the connection state machine has nothing
         to do for it in the open state). Done here because grpcio sends one or two for every
@@ -407,9 +434,7 @@ class H2FastPath:
             self._flush_needed = True
         return True
 
-    def _detach(
-        self: GrpcConnection, buf: bytearray, pos: int, length: int, end: int, out: list[Event]
-    ) -> bool:
+    def _detach(self, buf: bytearray, pos: int, length: int, end: int, out: list[Event]) -> bool:
         """Take a new call at the HEADERS frame at ``pos`` without h2, when h2 would only
         repeat what is known already: its header block is one the decoder keeps (the same
         bytes against the same table, so decoding it changes nothing) and that passed
@@ -449,7 +474,9 @@ class H2FastPath:
                 if buf[at + 4] & 0x01:
                     break
                 at += 9 + size
-        headers = h2c.decoder.cached(bytes(buf[pos + 9 : pos + 9 + length]))
+        decoder = h2c.decoder
+        assert isinstance(decoder, _CachingDecoder)  # _can_detach says so (see _install)
+        headers = decoder.cached(bytes(buf[pos + 9 : pos + 9 + length]))
         if headers is None or (tuple(headers), _REQUEST_FLAGS) not in _VALID_HEADERS:
             return False
         for k, _ in headers:
@@ -464,7 +491,7 @@ class H2FastPath:
             self._on_stream_ended(sid, out)
         return True
 
-    def _send_headers_block(self: GrpcConnection, sid: int, block: bytes, end_stream: bool) -> bool:
+    def _send_headers_block(self, sid: int, block: bytes, end_stream: bool) -> bool:
         """Write a HEADERS frame of a header block we encoded ourselves (constant response
         headers, trailers: literals without indexing, so neither side's HPACK dynamic table
         changes) with h2's connection and stream state moved exactly as its ``send_headers``
@@ -495,7 +522,7 @@ class H2FastPath:
         extra += block
         return True
 
-    def _write_headers(self: GrpcConnection, sid: int, block: bytes, end_stream: bool) -> None:
+    def _write_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
         """HEADERS (and CONTINUATION) frames of a detached call: what h2's ``send_headers``
         writes, with the HPACK table size update h2's encoder owes first, if any."""
         if self._closed:
@@ -521,7 +548,7 @@ class H2FastPath:
                 return
             kind, flags = 0x09, 0  # CONTINUATION
 
-    def _flush(self: GrpcConnection, st: _Stream) -> None:
+    def _flush(self, st: _Stream) -> None:
         h2c = self._h2
         sid = st.stream_id
         out = st.out

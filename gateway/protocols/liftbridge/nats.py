@@ -170,7 +170,7 @@ class NatsIngest:
             log.warning("liftbridge_nats_ack_failed", inbox=env.ackInbox, error=exc.message)
 
 
-async def run_ingest(core: Any, listener: LiftbridgeListenerConfig) -> None:
+async def run_ingest(core: CoreView, listener: LiftbridgeListenerConfig) -> None:
     """The listener's background task: NATS ingestion when ``nats`` is configured."""
     url = listener.nats
     if not url:

@@ -16,11 +16,13 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from gateway.core.view import CoreView
 from gateway.model import (
     RESERVED_HEADER_PREFIX,
     Acks,
+    Command,
     CommitOffset,
     CreateTopic,
     DeleteTopic,
@@ -87,6 +89,9 @@ class Sender(Protocol):
     def send_nowait(self, messages: list[Any]) -> None: ...
 
 
+R = TypeVar("R")
+
+
 def partition_subject(subject: str, partition: int) -> str:
     return subject if partition == 0 else f"{subject}.{partition}"
 
@@ -122,7 +127,7 @@ class Service(GroupRpcs):
 
     def __init__(
         self,
-        core: Any,
+        core: CoreView,
         state: LiftbridgeState,
         broker_id: str,
         host: str,
@@ -143,7 +148,7 @@ class Service(GroupRpcs):
         self._records_in = labelled(RECORDS_IN, PROTOCOL)
 
     # ------------------------------------------------------------------ helpers
-    async def _execute(self, command: Any) -> Any:
+    async def _execute(self, command: Command[R]) -> R:
         try:
             return await self.core.execute(command)
         except GatewayError as exc:

@@ -239,7 +239,7 @@ class Session:
         io.start_soon(self._keepalive)
         self.kick()
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         self._received_since_send = True
         self._events = self.conn.receive_data(data)
 

@@ -49,7 +49,7 @@ class BundleError(ValueError):
 # ----------------------------------------------------------------------------- varints
 
 
-def read_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+def read_varint(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int]:
     """(value, new position) of the u32 varint at ``pos``; BundleError when malformed or cut."""
     if pos >= end:
         raise BundleError("varint cut short")
@@ -103,7 +103,7 @@ class TankMessage(NamedTuple):
 
 class BundleHeader(NamedTuple):
     codec: int
-    count: int
+    message_count: int
     sparse: bool
     first_seq: int  # sparse only, else 0
     last_seq: int  # sparse only, else 0
@@ -168,15 +168,15 @@ def walk(
     header: BundleHeader,
     out: list[tuple[int, int, bytes | None, bytes]] | None = None,
 ) -> tuple[int, int, bool]:
-    """Validate a message set of ``header.count`` messages; append (seq, ts_ms, key, content) to
-    ``out`` when given (seq is the explicit one of sparse bundles, else 0). Returns
+    """Validate a message set of ``header.message_count`` messages; append (seq, ts_ms, key,
+    content) to ``out`` when given (seq is the explicit one of sparse bundles, else 0). Returns
     (min_ts_ms, max_ts_ms, contiguous) where ``contiguous`` says the sparse sequence numbers are
     first_seq, first_seq+1, ... (always True for non-sparse bundles)."""
     if out is None and not header.sparse:
-        return _validate_plain(data, header.count)
+        return _validate_plain(data, header.message_count)
     pos = 0
     end = len(data)
-    count = header.count
+    count = header.message_count
     sparse = header.sparse
     seq = header.first_seq
     last_seq = header.last_seq

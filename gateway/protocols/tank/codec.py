@@ -189,7 +189,7 @@ class PartitionBundle(engine.Type):
                 f"produce: bundle of {blen} bytes but {end - pos} left in the frame",
                 "bundle_too_long",
             )
-        bundle = buf[pos : pos + blen]
+        bundle = bytes(buf[pos : pos + blen])  # the frame is bytes: the same object, no copy
         try:
             info = scan_bundle(bundle)
         except BundleError as exc:
@@ -278,7 +278,7 @@ class Status(engine.Type):
             h.startup_ts,
             h.version,
             h.flags,
-            cluster,  # type: ignore[arg-type]
+            cluster,
         ), pos
 
     def write(self, value: StatusResponse, out: list[Buffer]) -> None:
@@ -517,7 +517,7 @@ def decode_request(msg_id: int, payload: bytes) -> Request:
     body = REQUESTS.get(msg_id)
     if body is None:
         raise RemoteProtocolError(f"unknown message id {msg_id:#04x}", "unknown_msg")
-    return body.decode(payload, exact=True)  # type: ignore[no-any-return]
+    return body.decode(payload, exact=True)
 
 
 def encode_request(req: Request) -> bytes:
@@ -597,7 +597,7 @@ def decode_response(msg_id: int, payload: bytes, request: Request | None = None)
     value, end = body.read(payload, 0)
     if end != len(payload):
         raise RemoteProtocolError(f"response {msg_id:#04x}: bytes after it", "trailing_bytes")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 # ----------------------------------------------------------------------------- consume (hot path)
@@ -616,10 +616,11 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
     topics = []
     for _ in range(count_topics):
         name, pos = STR8.read(h, pos)
+        assert name is not None  # STR8 is not nullable
         count, pos = UINT8.read(h, pos)
         if count and len(h) - pos >= 2 and h[pos : pos + 2] == b"\xff\xff":
             pos += 2
-            topics.append(ConsumeTopicResult(name, None, count))  # type: ignore[arg-type]
+            topics.append(ConsumeTopicResult(name, None, count))
             continue
         parts = []
         for _ in range(count):
@@ -645,7 +646,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
                 port, pos = UINT16.read(h, pos)
                 p.leader = (addr, port)
             parts.append(p)
-        topics.append(ConsumeTopicResult(name, parts, count))  # type: ignore[arg-type]
+        topics.append(ConsumeTopicResult(name, parts, count))
     if pos != len(h):
         raise RemoteProtocolError(
             f"consume response header: {len(h) - pos} bytes after the message", "trailing_bytes"

@@ -346,6 +346,6 @@ def decode_chunk(chunk: bytes | memoryview, base_seq: int) -> list[TankMessage]:
         except BundleError as exc:
             raise RemoteProtocolError(f"consume chunk: {exc}", "bad_bundle") from None
         out.extend(msgs)
-        seq = (header.last_seq if header.sparse else seq + header.count - 1) + 1
+        seq = (header.last_seq if header.sparse else seq + header.message_count - 1) + 1
         pos = body + blen
     return out

@@ -283,7 +283,7 @@ class TankSession:
             batch = RecordBatch(
                 encoded=p.bundle,
                 codec=TANK_BUNDLE,
-                count=header.count,
+                count=header.message_count,
                 max_timestamp_us=info.max_ts_ms * 1000,
             )
         try:
@@ -294,7 +294,7 @@ class TankSession:
             if exc.code is ErrorCode.OFFSET_MISMATCH:
                 return P_INVALID_SEQNUMS  # the client's answer, not a failure to log
             raise
-        _records_in.inc(header.count)
+        _records_in.inc(header.message_count)
         return P_OK
 
     # ------------------------------------------------------------------ consume

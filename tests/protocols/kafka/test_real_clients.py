@@ -13,6 +13,7 @@ import pytest
 
 from tests.protocols.kafka.conftest import confluent, expected, kcat, metric, venv_python
 from tests.protocols.kafka08.conftest import CLIENTS as KAFKA08_CLIENTS
+from tests.protocols.kafka08.conftest import KCAT_08
 from tests.support import GatewayProcess
 
 
@@ -43,19 +44,20 @@ def test_confluent_defaults_produce_and_read_back_headers_and_timestamps(
 def test_confluent_idempotent_producer_with_each_codec(gateway: GatewayProcess, codec: str) -> None:
     topic = f"idem-{codec}"
     produce = {"enable.idempotence": True, "compression.type": codec}
+    # 3000 records: batches of several compression blocks (lz4: linked 64 KiB blocks)
     out = confluent(
-        {"bootstrap": bootstrap(gateway), "topic": topic, "count": 200, "produce": produce}
+        {"bootstrap": bootstrap(gateway), "topic": topic, "count": 3000, "produce": produce}
     )
     assert out["delivery_errors"] == [] and out["unflushed"] == 0
     assert out["errors"] == []
-    assert out["records"] == expected(200)
+    assert out["records"] == expected(3000)
     # a second producer (a new producer id) appends after the first one's records
     again = confluent(
         {"bootstrap": bootstrap(gateway), "topic": topic, "count": 5, "produce": produce}
     )
-    assert sorted(again["offsets"]) == list(range(200, 205))
+    assert sorted(again["offsets"]) == list(range(3000, 3005))
     assert metric(gateway, "gateway_requests_total", api="init_producer_id", outcome="ok") >= 2
-    assert again["records"][200:] == expected(5, 200)
+    assert again["records"][3000:] == expected(5, 3000)
 
 
 def test_kafka_python_3_with_version_detection(gateway: GatewayProcess) -> None:
@@ -97,3 +99,40 @@ def test_the_08_table_is_still_one_key_away(tmp_path: Any) -> None:
     assert out["delivery_errors"] == [] and out["errors"] == []
     assert [r[:3] for r in out["records"]] == [r[:3] for r in expected(3)]
     assert all(r[3] == [] for r in out["records"])
+
+
+def test_read_from_inside_a_batch_and_by_a_08_client(gateway: GatewayProcess) -> None:
+    """A batch kept as the client sent it is read from inside (the records before the offset
+    are not delivered) and by a 0.8 client (kcat in 0.8 mode: Fetch v0, message sets)."""
+    args = {"bootstrap": bootstrap(gateway), "topic": "inside", "count": 30}
+    out = confluent({**args, "produce": {"linger.ms": 200, "compression.type": "zstd"}})
+    assert out["records"] == expected(30)
+    inside = confluent({**args, "skip_produce": True, "start": 10})
+    assert inside["errors"] == [] and inside["records"] == expected(30)[10:]
+    got = kcat(
+        "-b",
+        bootstrap(gateway),
+        *KCAT_08,
+        "-C",
+        "-t",
+        "inside",
+        "-p",
+        "0",
+        "-o",
+        "beginning",
+        "-e",
+        "-f",
+        "%o %k %s\n",
+    )
+    assert got.splitlines() == [f"{r[0]} {r[1]} {r[2]}" for r in expected(30)]
+
+
+def test_batches_kept_as_sent_survive_a_restart(tmp_path: Any) -> None:
+    """The embedded log stores a Kafka batch natively: after a restart it reads back the same."""
+
+    def run(**extra: Any) -> dict[str, Any]:
+        with GatewayProcess(tmp_path, listeners={"kafka08": {}}, backend="embedded") as gw:
+            return confluent({"bootstrap": bootstrap(gw), "topic": "kept", "count": 20, **extra})
+
+    assert run(produce={"compression.type": "gzip"})["records"] == expected(20)
+    assert run(skip_produce=True)["records"] == expected(20)

@@ -104,3 +104,24 @@ def test_request_before_authentication_closes(gateway: GatewayProcess) -> None:
         assert _exchange(sock, request_payload(3, 9, metadata)) == b""  # closed, no answer
     after = metric(gateway, "gateway_protocol_errors_total", kind="unauthenticated")
     assert after == before + 1
+
+
+def test_one_sasl_exchange_per_connection(gateway: GatewayProcess) -> None:
+    """A second SaslHandshake gets ILLEGAL_SASL_STATE and the close: a client cannot make the
+    gateway hold more than one exchange per connection."""
+    from kio.index import load_request_schema
+
+    from tests.protocols.kafka.test_dispatch import read_response
+
+    before = metric(gateway, "gateway_protocol_errors_total", kind="illegal_sasl_state")
+    handshake = request_payload(17, 1, load_request_schema(17, 1)(mechanism="SCRAM-SHA-256"))
+    with socket.create_connection(gateway.address("kafka08"), timeout=10) as sock:
+        body = _exchange(sock, handshake)
+        _, first = read_response(struct.pack(">i", len(body)) + body, 17, 1)
+        assert first.error_code == 0
+        body = _exchange(sock, handshake)
+        _, second = read_response(struct.pack(">i", len(body)) + body, 17, 1)
+        assert second.error_code == 34  # ILLEGAL_SASL_STATE
+        assert sock.recv(1) == b""  # then closed
+    after = metric(gateway, "gateway_protocol_errors_total", kind="illegal_sasl_state")
+    assert after == before + 1

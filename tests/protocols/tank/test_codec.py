@@ -53,7 +53,7 @@ def test_server_produce_abc() -> None:
     (topic,) = req.topics
     (part,) = topic.partitions
     assert topic.name == "orders" and part.partition == 0 and part.bundle == V.BUNDLE_ABC
-    assert part.info is not None and part.info.header.count == 1
+    assert part.info is not None and part.info.header.message_count == 1
     assert part.info.max_ts_ms == V.TS_MS
     _, msgs = B.decode_bundle(part.bundle, base_seq=1)
     assert msgs == [B.TankMessage(1, V.TS_MS, None, b"abc")]
@@ -348,7 +348,7 @@ messages = st.lists(
 def test_bundle_round_trip(msgs, compress, first_seq) -> None:
     bundle = B.encode_bundle(msgs, compress=compress, first_seq=first_seq)
     info = B.scan_bundle(bundle)
-    assert info.header.count == len(msgs) and info.contiguous
+    assert info.header.message_count == len(msgs) and info.contiguous
     assert info.max_ts_ms == max(ts for _, _, ts in msgs)
     header, back = B.decode_bundle(bundle, base_seq=7)
     assert [(m.key, m.content, m.timestamp_ms) for m in back] == msgs
@@ -386,7 +386,7 @@ def rich_producer_bundle() -> bytes:
 def test_rich_producer_extra_flags_are_accepted() -> None:
     bundle = rich_producer_bundle()
     header, msgs = B.decode_bundle(bundle, base_seq=1)
-    assert header.producer == (7, 123456, 3) and header.count == 1
+    assert header.producer == (7, 123456, 3) and header.message_count == 1
     assert msgs == [B.TankMessage(1, V.TS_MS, None, b"rich")]
     req = server_decode(V.produce_frame(b"orders", 0, bundle))
     assert req.topics[0].partitions[0].info.header.producer == (7, 123456, 3)

@@ -2,7 +2,8 @@
 
 argv[1] is a JSON object: bootstrap ("host:port"), topic, count, produce (extra producer
 settings, e.g. {"enable.idempotence": true, "compression.type": "zstd"}), consume (extra
-consumer settings), skip_produce (only consume), auth_probe (only connect, print the
+consumer settings), skip_produce (only consume), start (the offset to read
+from; default the beginning), auth_probe (only connect, print the
 errors). Produces ``count`` records with a key, a value,
 two headers and a timestamp to partition 0, then reads the partition from the beginning with
 assign() until its end; prints one JSON object.
@@ -65,7 +66,7 @@ consumer = Consumer(
         **args.get("consume", {}),
     }
 )
-consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+consumer.assign([TopicPartition(topic, 0, args.get("start", OFFSET_BEGINNING))])
 records = []
 errors = []
 while True:
