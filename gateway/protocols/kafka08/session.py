@@ -113,6 +113,11 @@ def error_code(code: ErrorCode) -> int:
     return ERROR_CODES.get(code, UNKNOWN)
 
 
+_WAITING_APIS = frozenset({ApiKey.FETCH, 11, 14})
+"""Today's APIs whose answer may wait (a Fetch's max wait, a JoinGroup or SyncGroup until its
+group's round ends)."""
+
+
 class CloseConnection(Exception):
     """End the connection without an answer (acks-0 failure, refused request)."""
 
@@ -194,8 +199,8 @@ class Session:
     async def _modern(self, request: ModernRequest, io: Connection) -> bool:
         """Today's APIs (``gateway.protocols.kafka``), in order after every earlier produce."""
         await self._wait_produces(0)
-        if request.api_key == ApiKey.FETCH:
-            await io.flush()
+        if request.api_key in _WAITING_APIS:
+            await io.flush()  # the answers before it go now, not after its wait
         try:
             answer = await modern.serve(self.kctx, request.payload)
         except modern_context.CloseConnection:
