@@ -153,6 +153,7 @@ class Core:
             )
         self.classic = ClassicGroups(self.groups, max_kafka_groups)  # Kafka's groups
         self._groups_refused: set[str] = set()  # backends whose refusal was logged
+        self._offsets_refused: set[str] = set()  # ... of Kafka groups (no committed offsets)
         self.producers = ProducerRegistry(max_producer_states)
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
@@ -458,9 +459,27 @@ class Core:
                 f"(group {cmd.group!r}); read partitions by number and commit offsets instead",
             )
 
+    def _check_offsets_kept(self, cmd: JoinGroup) -> None:
+        """Refuse a Kafka (client-assigned) member where committed offsets cannot be stored (an
+        Iggy upstream): its clients fetch and commit offsets around every assignment and fail
+        on the answers, so the group could not hand partitions over where a member stopped."""
+        backends = [self.router.backend_for(t) for t in cmd.topics] or [self.router.default_backend]
+        for backend in backends:
+            if backend.capabilities.committed_offsets:
+                continue
+            if backend.name not in self._offsets_refused:  # one line per backend, not per join
+                self._offsets_refused.add(backend.name)
+                log.warning("kafka_group_join_refused", backend=backend.name, group=cmd.group)
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED,
+                f"backend {backend.name!r} keeps no committed offsets, which Kafka consumer "
+                f"groups need (group {cmd.group!r}); assign partitions and keep offsets instead",
+            )
+
     async def _join(self, cmd: JoinGroup) -> Any:
         self._check_groups_allowed(cmd)
         if cmd.protocols:
+            self._check_offsets_kept(cmd)
             return await self.classic.join(cmd)
         if self.classic.get(cmd.group) is not None:
             raise GatewayError(

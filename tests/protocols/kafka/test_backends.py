@@ -1,9 +1,12 @@
 """confluent-kafka through the Kafka listener on every kind of backend: NATS (JetStream), Tansu
 (a Kafka broker: the gateway's Kafka backend), and an Iggy upstream (a second gateway), beside
-the embedded log of test_real_clients.py. Produce with idempotence and lz4, read back exactly."""
+the embedded log of test_real_clients.py. Produce with idempotence and lz4, read back exactly;
+a Kafka group's join admitted, or refused where no committed offsets are kept."""
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,8 @@ import pytest
 from tests.backends.servers import _tag, shared_nats, shared_tansu
 from tests.backends.upstream import second_gateway
 from tests.protocols.kafka.conftest import confluent, expected
+from tests.protocols.kafka.test_dispatch import read_response
+from tests.protocols.kafka08.test_session_group_waits import join_frame, read_frame
 from tests.support import GatewayProcess
 
 
@@ -77,3 +82,26 @@ def test_produce_and_read_back(gateway: tuple[str, GatewayProcess]) -> None:
     assert [(r[0], r[1], r[2], r[3]) for r in out["records"]] == [
         (r[0], None, r[2], r[3][:1]) for r in expected(25)
     ]
+
+
+def test_kafka_group_join_where_offsets_are_kept_or_refused(
+    gateway: tuple[str, GatewayProcess],
+) -> None:
+    """A Kafka group needs committed offsets: on an Iggy upstream (none kept) a JoinGroup is
+    refused with UNSUPPORTED_VERSION (35), logged once; elsewhere it is admitted."""
+    kind, gw = gateway
+    with socket.create_connection(gw.address("kafka08"), timeout=10) as sock:
+        codes = []
+        for n in range(2):
+            sock.sendall(join_frame(n))
+            codes.append(read_response(read_frame(sock), 11, 5)[1].error_code)
+    if kind != "upstream-iggy":
+        assert codes == [79, 79]  # MEMBER_ID_REQUIRED: the join goes on
+        return
+    assert codes == [35, 35]
+    deadline = time.monotonic() + 10
+    while "kafka_group_join_refused" not in gw.log_text():
+        assert time.monotonic() < deadline, gw.log_text()[-2000:]
+        time.sleep(0.1)
+    assert gw.log_text().count("kafka_group_join_refused") == 1  # once, not per join
+    assert "Traceback" not in gw.log_text()
