@@ -17,6 +17,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from gateway.protocols.errors import RemoteProtocolError
+
 Buffer = bytes | bytearray | memoryview
 
 
@@ -82,3 +84,48 @@ class ReceiveBuffer:
         out = self.take(at - self.pos)
         self.skip(len(delimiter))
         return out
+
+
+class SizePrefixedFrames:
+    """Frames that start with their body's size (Kafka's int32, Cursus's uint32; big-endian):
+    ``next_frame()`` cuts one complete body (without the size) or returns None while more bytes
+    are needed. A size outside ``min_size..max_frame_bytes`` raises RemoteProtocolError with
+    ``kind`` before any of the body is buffered for it (a peer cannot make the gateway wait for a
+    frame it will refuse)."""
+
+    __slots__ = ("_buf", "_size_at", "kind", "max_frame_bytes", "min_size")
+
+    def __init__(
+        self,
+        max_frame_bytes: int,
+        *,
+        signed: bool = False,
+        min_size: int = 0,
+        kind: str = "frame_too_large",
+    ) -> None:
+        self._buf = ReceiveBuffer()
+        self._size_at = struct.Struct(">i" if signed else ">I").unpack_from
+        self.max_frame_bytes = max_frame_bytes
+        self.min_size = min_size
+        self.kind = kind
+
+    def feed(self, data: Buffer) -> None:
+        self._buf.feed(data)
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    def next_frame(self) -> bytes | None:
+        buf = self._buf
+        data, pos = buf.data, buf.pos
+        if len(data) - pos < 4:
+            return None
+        (size,) = self._size_at(data, pos)
+        if size < self.min_size or size > self.max_frame_bytes:
+            raise RemoteProtocolError(
+                f"frame size {size} outside {self.min_size}..{self.max_frame_bytes}", self.kind
+            )
+        if len(data) - pos < 4 + size:
+            return None
+        buf.skip(4)
+        return buf.take(size)

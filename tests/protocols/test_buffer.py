@@ -6,7 +6,8 @@ import struct
 
 import pytest
 
-from gateway.protocols.buffer import ReceiveBuffer
+from gateway.protocols.buffer import ReceiveBuffer, SizePrefixedFrames
+from gateway.protocols.errors import RemoteProtocolError
 
 HEAD = struct.Struct(">I")
 
@@ -56,3 +57,21 @@ def test_take_until_a_delimiter_and_its_bound() -> None:
     buf.feed(b"z" * 20)
     with pytest.raises(ValueError, match="within 16 bytes"):
         buf.take_until(b"\r\n", 16)
+
+
+def test_size_prefixed_frames_cut_whole_bodies_and_refuse_sizes_out_of_range() -> None:
+    frames = SizePrefixedFrames(10, signed=True, min_size=1, kind="wrong_size")
+    frames.feed(b"\x00\x00\x00\x03ab")
+    assert frames.next_frame() is None  # a body not all there yet
+    frames.feed(b"c\x00\x00\x00\x01z")
+    assert (frames.next_frame(), frames.next_frame(), frames.next_frame()) == (b"abc", b"z", None)
+    for size in (b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\x00\x00\x00\x0b"):
+        bad = SizePrefixedFrames(10, signed=True, min_size=1, kind="wrong_size")
+        bad.feed(size)
+        with pytest.raises(RemoteProtocolError) as err:
+            bad.next_frame()
+        assert err.value.kind == "wrong_size"
+    unsigned = SizePrefixedFrames(1 << 20)
+    unsigned.feed(b"\xff\xff\xff\xff")  # 4 GiB as a uint32: over the limit, not negative
+    with pytest.raises(RemoteProtocolError, match="4294967295"):
+        unsigned.next_frame()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, TypeAlias
 
 from gateway.model import RESERVED_HEADER_PREFIX, Record
-from gateway.protocols.buffer import ReceiveBuffer
+from gateway.protocols.buffer import SizePrefixedFrames
 from gateway.protocols.errors import LocalProtocolError, RemoteProtocolError
 
 MAGIC = 0xBA7C
@@ -55,38 +55,14 @@ def frame(body: bytes | bytearray | memoryview | str) -> bytes:
     return _U32.pack(len(body)) + bytes(body)
 
 
-class FrameBuffer:
-    """Accumulates received bytes and cuts complete frames (like h11's ReceiveBuffer)."""
+class FrameBuffer(SizePrefixedFrames):
+    """Cuts Cursus frames (a uint32 size, then the body) out of received bytes; a size over
+    ``max_frame_bytes`` is ``frame_too_large``."""
 
-    __slots__ = ("_buf", "max_frame_bytes")
+    __slots__ = ()
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
-        self._buf = ReceiveBuffer()
-        self.max_frame_bytes = max_frame_bytes
-
-    def feed(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf.feed(data)
-
-    def __len__(self) -> int:
-        return len(self._buf)
-
-    def next_frame(self) -> bytes | None:
-        """The next complete frame body, or None when more bytes are needed. Raises
-        RemoteProtocolError (kind ``frame_too_large``) for a length over the limit."""
-        buf = self._buf
-        data, pos = buf.data, buf.pos
-        if len(data) - pos < 4:
-            return None
-        (length,) = _U32_AT(data, pos)
-        if length > self.max_frame_bytes:
-            raise RemoteProtocolError(
-                f"frame of {length} bytes exceeds the limit of {self.max_frame_bytes}",
-                "frame_too_large",
-            )
-        if len(data) - pos < 4 + length:
-            return None
-        buf.skip(4)
-        return buf.take(length)
+        super().__init__(max_frame_bytes)
 
 
 # ----------------------------------------------------------------------------- compression

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.protocols.buffer import ReceiveBuffer
+from gateway.protocols.buffer import SizePrefixedFrames
 from gateway.protocols.kafka08.layout import (
     COMPACT_STRING,
     INT16,
@@ -327,36 +327,14 @@ def api_versions_response(version: int) -> Any:
 # ----------------------------------------------------------------------------- framing
 
 
-class FrameBuffer:
-    """Accumulates bytes; ``next_frame()`` cuts one complete int32-size-prefixed frame (without
-    the size) or returns None. Sizes <= 0 or above ``max_frame_bytes`` raise RemoteProtocolError
-    (the 0.8 broker closes the connection)."""
+class FrameBuffer(SizePrefixedFrames):
+    """Cuts Kafka frames (an int32 size, then the body) out of received bytes; a size <= 0 or
+    above ``max_frame_bytes`` is ``wrong_size`` (the broker closes the connection)."""
 
-    __slots__ = ("_buf", "max_frame_bytes")
+    __slots__ = ()
 
     def __init__(self, max_frame_bytes: int = 100 << 20) -> None:
-        self._buf = ReceiveBuffer()
-        self.max_frame_bytes = max_frame_bytes
-
-    def feed(self, data: Buffer) -> None:
-        self._buf.feed(data)
-
-    def __len__(self) -> int:
-        return len(self._buf)
-
-    def next_frame(self) -> bytes | None:
-        buf = self._buf
-        if len(buf.data) - buf.pos < 4:
-            return None
-        (size,) = _I32.unpack_from(buf.data, buf.pos)
-        if size <= 0 or size > self.max_frame_bytes:
-            raise RemoteProtocolError(
-                f"frame size {size} outside 1..{self.max_frame_bytes}", "wrong_size"
-            )
-        if len(buf.data) - buf.pos < 4 + size:
-            return None
-        buf.skip(4)
-        return buf.take(size)
+        super().__init__(max_frame_bytes, signed=True, min_size=1, kind="wrong_size")
 
 
 def frame(parts: list[Buffer]) -> bytes:
