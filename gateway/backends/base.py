@@ -62,6 +62,10 @@ class Capabilities:
     committed_offsets: bool = True
     """True when committed offsets (key-value namespace ``offsets``) are stored, with their
     metadata: through ``kv_store``, or the upstream protocol's own offset store."""
+    exact_committed_offsets: bool = True
+    """False where the upstream's offset store holds less than a committed offset (an Iggy
+    upstream stores the last offset read, nothing else): metadata reads back as "", and an
+    offset of 0 (nothing read yet) reads back as none (-1)."""
     dense_offsets: bool = True
     """True when every offset below the high watermark holds a record. False (a Kafka cluster:
     transaction markers, aborted and compacted records): a read may start after the offset asked

@@ -19,7 +19,7 @@ from gateway.backends.base import Backend
 from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
 from gateway.backends.memory import MemoryBackend
 from tests.backends.servers import kafka_backend, nats_backend, opened
-from tests.backends.upstream import upstream_factory
+from tests.backends.upstream import IGGY_LOGIN, upstream_factory
 
 BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
 
@@ -42,7 +42,8 @@ BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "kafka": kafka_backend,
     "upstream-tank": upstream_factory("tank"),
     "upstream-cursus": upstream_factory("cursus"),
-    "upstream-iggy": upstream_factory("iggy"),
+    "upstream-iggy": upstream_factory("iggy"),  # the old dialect: no committed offsets
+    "upstream-iggy-login": upstream_factory("iggy", **IGGY_LOGIN),  # 0.6: committed offsets
     "upstream-liftbridge": upstream_factory("liftbridge"),
     "upstream-kafka08": upstream_factory("kafka08"),
 }

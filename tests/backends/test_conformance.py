@@ -511,6 +511,7 @@ async def test_committed_offsets_and_data_across_restart(open_backend: Any) -> N
         await create_topic(backend, "restart", 2)
         await backend.append("restart", 1, encoded(make_records(30)))
         offsets = backend.capabilities.committed_offsets
+        exact = backend.capabilities.exact_committed_offsets
         durable = backend.capabilities.durable
         if offsets:
             await coordinator.commit("g1", "restart", 1, 17, "meta")
@@ -526,9 +527,10 @@ async def test_committed_offsets_and_data_across_restart(open_backend: Any) -> N
         if durable:
             if offsets:
                 committed = await coordinator.fetch("g1", "restart", 1)
-                assert (committed.offset, committed.metadata) == (21, "newer")
+                # not exact (an Iggy upstream): no metadata, and 0 (nothing read) is none
+                assert (committed.offset, committed.metadata) == (21, "newer" if exact else "")
                 assert (await coordinator.fetch("g2", "restart", 1)).offset == 30
-                assert (await coordinator.fetch("g1", "restart", 0)).offset == 0
+                assert (await coordinator.fetch("g1", "restart", 0)).offset == (0 if exact else -1)
                 assert (await coordinator.fetch("g3", "restart", 0)).offset == -1
             assert (await backend.topic("restart")).partitions == 2
             got = await read_all(backend, "restart", 1, 0)

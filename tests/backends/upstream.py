@@ -20,6 +20,9 @@ from tests.backends.servers import _tag, opened
 from tests.support import GatewayProcess
 
 UPSTREAM_LISTENERS = ("kafka08", "iggy", "tank", "liftbridge", "cursus")
+IGGY_LOGIN = {"username": "upstream", "password": "upstream-secret"}
+"""A user of the second gateway's Iggy listener: an Iggy upstream with it logs in (the 0.6
+dialect, string consumer ids: committed offsets); without it, the old dialect."""
 _second: list[GatewayProcess] = []
 
 
@@ -27,20 +30,27 @@ def second_gateway() -> GatewayProcess:
     """The upstream server: one gateway for the test session (started on first use)."""
     if not _second:
         where = Path(tempfile.mkdtemp(prefix="gw-upstream-"))
-        gw = GatewayProcess(
-            where, listeners={name: {} for name in UPSTREAM_LISTENERS}, backend="memory"
-        ).start()
+        listeners: dict[str, dict[str, Any]] = {name: {} for name in UPSTREAM_LISTENERS}
+        listeners["iggy"] = {"users": [IGGY_LOGIN]}  # anonymous (old dialect) allowed too
+        gw = GatewayProcess(where, listeners=listeners, backend="memory").start()
         atexit.register(shutil.rmtree, where, True)
         atexit.register(gw.stop)
         _second.append(gw)
     return _second[0]
 
 
-def upstream_factory(protocol: str) -> Callable[..., AbstractAsyncContextManager[Backend]]:
+def upstream_factory(
+    protocol: str, **defaults: Any
+) -> Callable[..., AbstractAsyncContextManager[Backend]]:
+    """``defaults``: more ``UpstreamConfig`` settings (e.g. ``**IGGY_LOGIN``)."""
+
     def factory(path: Path, **options: Any) -> AbstractAsyncContextManager[Backend]:
         host, port = second_gateway().address(protocol)
         config = UpstreamConfig(
-            protocol=protocol, address=f"{host}:{port}", topic_prefix=_tag(path) + "-", **options
+            protocol=protocol,
+            address=f"{host}:{port}",
+            topic_prefix=_tag(path) + "-",
+            **{**defaults, **options},
         )
         return opened(make_upstream(f"upstream-{protocol}", config))
 

@@ -11,16 +11,24 @@ headers (raw, or typed by ``_gw.iggy.kinds``; names must be 1..255 bytes), the m
 ``_gw.iggy.id``. Iggy has no record keys (dropped) and stamps its own time (a read gives the
 server's append time). SEND_MESSAGES answers no offsets: they are read back from the partition
 right after the send (exact while one writer appends). Topics, partitions (add and delete) are
-Iggy's own; no time index through this backend, no offset metadata, no key-value store
-(UNSUPPORTED).
+Iggy's own; no time index through this backend, no key-value store (UNSUPPORTED).
+
+Committed offsets (with ``username`` only: the old dialect has numeric consumer ids) are Iggy's
+consumer offsets (STORE/GET_CONSUMER_OFFSET) of the consumer (kind 1) named by the group (a
+string id of 1..255 bytes; a longer name is refused), on the topic's stream, topic and
+partition. Iggy stores the last offset read, so committed offset n is stored as n - 1; a commit
+of 0 (nothing read) stores nothing and reads back as no offset (refused over a stored offset:
+Iggy cannot go back to "nothing read"). Commit metadata is dropped (Iggy has none).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import trio
 
+from gateway.backends.base import unsupported
 from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
 from gateway.backends.upstream.iggy_groups import IggyGroups
 from gateway.backends.upstream.iggy_status import status_error
@@ -72,10 +80,14 @@ class IggyUpstream(UpstreamBackend):
         keys=False,
         timestamps=False,
         groups="backend",  # the broker's groups (iggy_groups.py)
+        committed_offsets=True,  # Iggy's consumer offsets (with a login: see the docstring)
+        exact_committed_offsets=False,
     )
 
     def __init__(self, name: str, config: Any) -> None:
         super().__init__(name, config)
+        if not config.username:  # the old dialect: numeric consumer ids, no room for a name
+            self.capabilities = replace(self.capabilities, committed_offsets=False)
         self.groups = IggyGroups(
             name,
             self._connect,
@@ -310,6 +322,54 @@ class IggyUpstream(UpstreamBackend):
                 )
             return []
         return [RecordBatch(records, base_offset=records[0].offset)]
+
+    # ------------------------------------------------------------------ committed offsets
+    def _offset_request(
+        self, group: str, topic: str, partition: int
+    ) -> tuple[c.Consumer, c.Identifier, c.Identifier, int]:
+        """(consumer, stream, topic, partition id) of ``group``'s offset on a partition."""
+        if not self.capabilities.committed_offsets:
+            raise unsupported(
+                "committed offsets without a login (set username: the old Iggy dialect has "
+                "numeric consumer ids only)",
+                self.name,
+            )
+        size = len(group.encode())
+        if not 1 <= size <= 255:
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                f"group name {group[:40]!r}... is {size} bytes; an Iggy consumer name is "
+                "1..255 bytes",
+            )
+        if partition < 0:
+            raise GatewayError(ErrorCode.UNKNOWN_PARTITION, f"no partition {partition}")
+        stream, name = self.split(topic)
+        consumer = c.Consumer(c.ConsumerKind.CONSUMER, c.Identifier(group))
+        return consumer, c.Identifier(stream), c.Identifier(name), partition + 1
+
+    async def commit_offset(
+        self, group: str, topic: str, partition: int, offset: int, metadata: str
+    ) -> None:
+        where = f"offset commit {group} {topic}/{partition}"
+        args = self._offset_request(group, topic, partition)
+        if offset <= 0:  # nothing read: Iggy's "no stored offset"
+            if await self.fetch_offset(group, topic, partition) is None:
+                return
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED,
+                f"{where}: Iggy stores the last offset read and cannot go back to "
+                f"nothing read (offset {offset})",
+            )
+        await self._iggy(c.StoreConsumerOffset(*args, offset - 1), where)
+
+    async def fetch_offset(self, group: str, topic: str, partition: int) -> tuple[int, str] | None:
+        args = self._offset_request(group, topic, partition)
+        got = await self._iggy(
+            c.GetConsumerOffset(*args), f"offset fetch {group} {topic}/{partition}"
+        )
+        if got is None:  # an empty answer: no stored offset
+            return None
+        return got.stored_offset + 1, ""
 
 
 def make(name: str, config: Any) -> IggyUpstream:

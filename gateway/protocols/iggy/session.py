@@ -557,7 +557,11 @@ class IggySession:
         labelled(RECORDS_OUT, PROTOCOL).inc(n)
         return payload
 
-    async def get_offset(self, req: c.GetConsumerOffset) -> c.ConsumerOffsetRecord:
+    async def get_offset(self, req: c.GetConsumerOffset) -> c.ConsumerOffsetRecord | None:
+        """The stored offset is the last one read (the committed offset - 1). Nothing stored
+        (or a committed offset of 0: nothing read yet): the 0.6 dialect answers an empty OK, as
+        Iggy 0.6 does (its SDK reads "none"); the old dialect answers a stored offset of 0, as
+        the 2023 server did."""
         t = await self.registry.topic(req.stream, req.topic)
         count = await self._partitions(t)
         group, partition = await self._offsets_key(t, req.consumer, req.partition_id, count)
@@ -567,6 +571,8 @@ class IggySession:
             t.canonical, partition
         )
         committed = (await self.core.execute(FetchOffset(group, t.canonical, partition))).offset
+        if committed <= 0 and self.conn.dialect is c.Dialect.V06:
+            return None
         return c.ConsumerOffsetRecord(
             partition + 1, max(0, part.high_watermark - 1), max(0, committed - 1)
         )
