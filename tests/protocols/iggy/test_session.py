@@ -275,6 +275,16 @@ async def test_login_and_anonymous_access(tmp_path: Path) -> None:
             assert details.stream.id == 1 and details.stream.name == "s"
             topic = await cl.call(c.CreateTopic(c.Identifier(1), 0, 2, 0, "t", 1, 0, 0))
             assert topic.topic.id == 1 and [p.id for p in topic.partitions] == [1, 2]
+            # consumer offsets by name; nothing stored: an empty answer, as Iggy 0.6 gives
+            named = c.Consumer(c.ConsumerKind.CONSUMER, c.Identifier("reader"))
+            where = (c.Identifier(1), c.Identifier(1), 1)
+            assert await cl.call(c.GetConsumerOffset(named, *where)) is None
+            messages = [c.Message(0, b"a"), c.Message(0, b"b")]
+            await cl.send_messages(1, 1, messages, c.Partitioning.partition_id(1))
+            await cl.call(c.StoreConsumerOffset(named, *where, 1))
+            assert await cl.call(c.GetConsumerOffset(named, *where)) == (
+                c.ConsumerOffsetRecord(1, 1, 1)
+            )
 
 
 async def test_hashed_passwords(tmp_path: Path) -> None:
