@@ -1,9 +1,10 @@
 """Consumer groups of today's clients on the Kafka listener, against a running gateway on the
-embedded backend, on NATS JetStream and on a Kafka cluster (Tansu): confluent-kafka (librdkafka
-2.x; eager and cooperative-sticky) and kafka-python 3.0.12 members subscribe, a second member
-splits the partitions with the first (disjoint shares, all partitions), each commits, a member
-that leaves hands its partitions over, a restarted member resumes from the committed offsets, and
-a Cursus client reads the very offsets the Kafka group committed."""
+embedded backend, on NATS JetStream, on a Kafka cluster (Tansu) and on an Iggy upstream (a second
+gateway's Iggy listener): confluent-kafka (librdkafka 2.x; eager and cooperative-sticky) and
+kafka-python 3.0.12 members subscribe, a second member splits the partitions with the first
+(disjoint shares, all partitions), each commits, a member that leaves hands its partitions over, a
+restarted member resumes from the committed offsets, and a Cursus client reads the very offsets
+the Kafka group committed."""
 
 from __future__ import annotations
 
@@ -56,9 +57,10 @@ CASES = {
 }
 
 
-# on a Kafka cluster (Tansu) too: the group runs here, its offsets are the cluster's; an Iggy
-# upstream keeps no committed offsets and refuses Kafka groups (test_backends.py)
+# on a Kafka cluster (Tansu) too: the group runs here, its offsets are the cluster's; on an
+# Iggy upstream (a second gateway's Iggy listener, logged in) the offsets are Iggy consumer offsets
 RUNS = [(backend, case) for backend in ("embedded", "nats", "kafka") for case in CASES]
+RUNS += [("upstream-iggy", case) for case in CASES]
 
 
 @pytest.mark.parametrize(("gateway", "case"), RUNS, indirect=["gateway"])
