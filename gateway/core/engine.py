@@ -461,8 +461,9 @@ class Core:
 
     def _check_offsets_kept(self, cmd: JoinGroup) -> None:
         """Refuse a Kafka (client-assigned) member where committed offsets cannot be stored (an
-        Iggy upstream): its clients fetch and commit offsets around every assignment and fail
-        on the answers, so the group could not hand partitions over where a member stopped."""
+        Iggy upstream without a login, a TANK upstream): its clients fetch and commit offsets
+        around every assignment and fail on the answers, so the group could not hand partitions
+        over where a member stopped."""
         backends = [self.router.backend_for(t) for t in cmd.topics] or [self.router.default_backend]
         for backend in backends:
             if backend.capabilities.committed_offsets:

@@ -31,7 +31,7 @@ class UpstreamConfig:
 
     protocol: str = ""  # kafka08 | iggy | tank | liftbridge | cursus
     address: str = "127.0.0.1:0"  # host:port of the upstream server's listener
-    username: str = ""  # Iggy: LOGIN_USER (then the 0.6 dialect); empty: no login
+    username: str = ""  # Iggy: LOGIN_USER (then the 0.6 dialect: committed offsets); "": none
     password: str = ""
     topic_prefix: str = ""  # prepended to every topic name upstream (several users, one server)
     pool_size: int = 4  # connections at most
