@@ -190,6 +190,7 @@ class Server:
                 except GatewayError as exc:  # a refused start: one clear line, no traceback
                     raise SystemExit(f"backends.{backend.name}: {exc.message}") from None
             for name, state in self.listeners.items():
+                get_protocol(name).load_session()  # not in the first connection's time
                 task = get_protocol(name).background
                 if task is not None:  # a protocol's listener-wide task (e.g. NATS ingestion)
                     background.start_soon(task, self.core, state.config)

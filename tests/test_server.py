@@ -113,3 +113,19 @@ async def test_in_process_server_serves_and_stops(tmp_path) -> None:
         assert server.ready
         assert "admin" in server.addresses()
     assert server.draining
+
+
+async def test_sessions_are_imported_before_the_listeners_listen(tmp_path, monkeypatch) -> None:
+    """A protocol's session is imported lazily (not with its codec), but by the server as it
+    starts, not in the first client's time (the Kafka session's imports take most of a second)."""
+    from gateway.protocols import REGISTRY, get_protocol
+    from gateway.protocols.base import Lazy
+
+    listeners: dict = {name: {} for name in REGISTRY}
+    config = parse_config(make_config(tmp_path, listeners, backend="memory"))
+    handlers = {name: get_protocol(name).handle_connection for name in config.listeners}
+    assert len(handlers) == 5 and all(isinstance(h, Lazy) for h in handlers.values())
+    for handler in handlers.values():
+        monkeypatch.setattr(handler, "_target", None)  # as in a fresh process
+    async with serving(config):
+        assert [n for n, h in handlers.items() if h._target is None] == []

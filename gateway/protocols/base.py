@@ -124,18 +124,32 @@ def _trio() -> Any:
 ConnectionHandler = Callable[["trio.abc.Stream", ConnectionContext], Awaitable[None]]
 
 
-def lazy(module: str, name: str) -> Callable[..., Awaitable[Any]]:
-    """An async function that calls ``module.name``, importing the module on its first call (a
-    protocol's session, which needs trio, is not imported with its package or codec)."""
-    target: list[Callable[..., Awaitable[Any]]] = []
+class Lazy:
+    """An async function that calls ``module.name``, importing the module on first use (a
+    protocol's session, which needs trio, is not imported with its package or codec). The
+    server calls :meth:`load` when it starts a listener, so no connection waits for an import."""
 
-    async def call(*args: Any) -> Any:
-        if not target:
-            target.append(getattr(importlib.import_module(module), name))
-        return await target[0](*args)
+    __slots__ = ("_target", "module", "name")
 
-    call.__qualname__ = call.__name__ = f"lazy({module}.{name})"
-    return call
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.name = name
+        self._target: Callable[..., Awaitable[Any]] | None = None
+
+    def load(self) -> Callable[..., Awaitable[Any]]:
+        if self._target is None:
+            self._target = getattr(importlib.import_module(self.module), self.name)
+        return self._target
+
+    async def __call__(self, *args: Any) -> Any:
+        return await self.load()(*args)
+
+    def __repr__(self) -> str:
+        return f"lazy({self.module}.{self.name})"
+
+
+def lazy(module: str, name: str) -> Lazy:
+    return Lazy(module, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +164,8 @@ class ProtocolSpec:
     background: Callable[[CoreView, ListenerConfig], Awaitable[None]] | None = None
     """An optional listener-wide task the server runs beside the listener, with the core and
     the listener's config (Liftbridge: NATS ingestion)."""
+
+    def load_session(self) -> None:
+        """Import the session now (the server does before it listens) if it is imported lazily."""
+        if isinstance(self.handle_connection, Lazy):
+            self.handle_connection.load()
