@@ -261,11 +261,10 @@ def cursus_text(addr: tuple[str, int], *commands: str) -> list[str]:
     return trio.run(main)
 
 
-@pytest.mark.parametrize("kind", ["nats", "tansu"])
-def test_cursus_group_over_two_replicas_survives_a_sigkill(tmp_path: Path, kind: str) -> None:
-    """On NATS the group lives in the key-value bucket; on Tansu in the cluster's own group
-    coordinator (each replica one Kafka member for its local members)."""
-    with replicas(tmp_path, kind) as r:
+def test_cursus_group_over_two_replicas_survives_a_sigkill(tmp_path: Path) -> None:
+    """The group lives in the NATS key-value bucket. (On Tansu this scenario does not settle:
+    docs/scaling.md, "Tested".)"""
+    with replicas(tmp_path) as r:
         a, b = r.gateways
         host, port = r.front("cursus")
         assert "8 partitions" in cursus_text((host, port), "CREATE topic=t partitions=8")[0]
@@ -352,6 +351,8 @@ def test_stale_member_commit_gets_gen_mismatch_and_offset_stays(tmp_path: Path) 
 
 @pytest.mark.parametrize("kind", ["nats", "tansu"])
 def test_iggy_group_over_two_replicas_rebalances_after_a_sigkill(tmp_path: Path, kind: str) -> None:
+    """On NATS the group lives in the key-value bucket; on Tansu in the cluster's own group
+    coordinator (each replica one Kafka member for its local members)."""
     with replicas(tmp_path, kind) as r:
         a, b = r.gateways
 
