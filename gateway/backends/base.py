@@ -16,7 +16,7 @@ import abc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import trio
 
@@ -342,3 +342,44 @@ def check_partitions(count: int) -> None:
         raise GatewayError(
             ErrorCode.INVALID_PARTITIONS, f"partition count must be 1..100000, got {count}"
         )
+
+
+class GroupClient(Protocol):
+    """A backend's own client of its server's consumer groups (the Kafka cluster's coordinator,
+    an Iggy broker's groups)."""
+
+    async def join(
+        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
+    ) -> JoinGroupResult: ...
+
+    async def sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult: ...
+
+    async def heartbeat(self, group: str, member_id: str, generation: int) -> None: ...
+
+    async def leave(self, group: str, member_id: str) -> None: ...
+
+    async def describe(self, group: str) -> GroupDescription: ...
+
+
+class GroupsByClient:
+    """The ``group_*`` methods of a backend with ``groups = "backend"`` answered by its
+    :class:`GroupClient` in ``self.groups`` (put before the backend's base class)."""
+
+    groups: GroupClient
+
+    async def group_join(
+        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
+    ) -> JoinGroupResult:
+        return await self.groups.join(group, topics, member_id, session_timeout_ms)
+
+    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
+        return await self.groups.sync(group, member_id, generation)
+
+    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        await self.groups.heartbeat(group, member_id, generation)
+
+    async def group_leave(self, group: str, member_id: str) -> None:
+        await self.groups.leave(group, member_id)
+
+    async def group_describe(self, group: str) -> GroupDescription:
+        return await self.groups.describe(group)

@@ -152,8 +152,7 @@ class Core:
                 max_members=max_group_members,
             )
         self.classic = ClassicGroups(self.groups, max_kafka_groups)  # Kafka's groups
-        self._groups_refused: set[str] = set()  # backends whose refusal was logged
-        self._offsets_refused: set[str] = set()  # ... of Kafka groups (no committed offsets)
+        self._joins_refused: set[tuple[str, str]] = set()  # (log event, backend) logged
         self.producers = ProducerRegistry(max_producer_states)
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
@@ -443,39 +442,46 @@ class Core:
     async def _fetch_offset(self, cmd: FetchOffset) -> CommittedOffset:
         return await self.groups.fetch(cmd.group, cmd.topic, cmd.partition)
 
+    def _refuse_join_unless(
+        self, cmd: JoinGroup, able: Callable[[Backend], bool], event: str, why: str, instead: str
+    ) -> None:
+        """Refuse ``cmd`` with UNSUPPORTED on the first of its backends not ``able`` to hold it,
+        logging ``event`` once per backend (not per join)."""
+        backends = [self.router.backend_for(t) for t in cmd.topics] or [self.router.default_backend]
+        for backend in backends:
+            if able(backend):
+                continue
+            if (event, backend.name) not in self._joins_refused:
+                self._joins_refused.add((event, backend.name))
+                log.warning(event, backend=backend.name, group=cmd.group)
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED,
+                f"backend {backend.name!r} {why} (group {cmd.group!r}); {instead}",
+            )
+
     def _check_groups_allowed(self, cmd: JoinGroup) -> None:
         """Refuse membership on a backend with ``groups = "none"`` (an upstream broker without
         consumer groups: gateways on it could not share one group)."""
-        backends = [self.router.backend_for(t) for t in cmd.topics] or [self.router.default_backend]
-        for backend in backends:
-            if backend.capabilities.groups != "none":
-                continue
-            if backend.name not in self._groups_refused:  # one line per backend, not per join
-                self._groups_refused.add(backend.name)
-                log.warning("group_join_refused", backend=backend.name, group=cmd.group)
-            raise GatewayError(
-                ErrorCode.UNSUPPORTED,
-                f"backend {backend.name!r} has no consumer groups its gateways could share "
-                f"(group {cmd.group!r}); read partitions by number and commit offsets instead",
-            )
+        self._refuse_join_unless(
+            cmd,
+            lambda backend: backend.capabilities.groups != "none",
+            "group_join_refused",
+            "has no consumer groups its gateways could share",
+            "read partitions by number and commit offsets instead",
+        )
 
     def _check_offsets_kept(self, cmd: JoinGroup) -> None:
         """Refuse a Kafka (client-assigned) member where committed offsets cannot be stored (an
         Iggy upstream without a login, a TANK upstream): its clients fetch and commit offsets
         around every assignment and fail on the answers, so the group could not hand partitions
         over where a member stopped."""
-        backends = [self.router.backend_for(t) for t in cmd.topics] or [self.router.default_backend]
-        for backend in backends:
-            if backend.capabilities.committed_offsets:
-                continue
-            if backend.name not in self._offsets_refused:  # one line per backend, not per join
-                self._offsets_refused.add(backend.name)
-                log.warning("kafka_group_join_refused", backend=backend.name, group=cmd.group)
-            raise GatewayError(
-                ErrorCode.UNSUPPORTED,
-                f"backend {backend.name!r} keeps no committed offsets, which Kafka consumer "
-                f"groups need (group {cmd.group!r}); assign partitions and keep offsets instead",
-            )
+        self._refuse_join_unless(
+            cmd,
+            lambda backend: backend.capabilities.committed_offsets,
+            "kafka_group_join_refused",
+            "keeps no committed offsets, which Kafka consumer groups need",
+            "assign partitions and keep offsets instead",
+        )
 
     async def _join(self, cmd: JoinGroup) -> Any:
         self._check_groups_allowed(cmd)

@@ -20,6 +20,7 @@ from gateway.backends import BackendSpec
 from gateway.backends.base import (
     Backend,
     Capabilities,
+    GroupsByClient,
     check_partitions,
     check_topic_name,
     unsupported,
@@ -33,18 +34,15 @@ from gateway.model import (
     AppendResult,
     ErrorCode,
     GatewayError,
-    GroupDescription,
-    JoinGroupResult,
     PartitionInfo,
     RecordBatch,
-    SyncGroupResult,
     TopicInfo,
 )
 
 __all__ = ["BACKEND", "KafkaBackend", "KafkaConfig"]
 
 
-class KafkaBackend(Backend):
+class KafkaBackend(GroupsByClient, Backend):
     capabilities = Capabilities(
         retention=False,
         delete_partitions=False,  # Kafka cannot remove partitions
@@ -54,6 +52,7 @@ class KafkaBackend(Backend):
         groups="backend",  # the cluster's group coordinator (groups.py)
     )
     type_name = "kafka"
+    groups: KafkaGroups
 
     def __init__(self, name: str, config: KafkaConfig) -> None:
         super().__init__(name)
@@ -263,24 +262,6 @@ class KafkaBackend(Backend):
 
     async def kv_scan(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         return await self.kv.scan(namespace, prefix)
-
-    # ------------------------------------------------------------------ groups (the cluster's)
-    async def group_join(
-        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
-    ) -> JoinGroupResult:
-        return await self.groups.join(group, topics, member_id, session_timeout_ms)
-
-    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
-        return await self.groups.sync(group, member_id, generation)
-
-    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
-        await self.groups.heartbeat(group, member_id, generation)
-
-    async def group_leave(self, group: str, member_id: str) -> None:
-        await self.groups.leave(group, member_id)
-
-    async def group_describe(self, group: str) -> GroupDescription:
-        return await self.groups.describe(group)
 
 
 def _factory(name: str, options: Any, config: Any) -> Backend:

@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from gateway.backends.base import unsupported
+from gateway.backends.base import GroupsByClient, unsupported
 from gateway.backends.upstream.base import UpstreamBackend, upstream_capabilities, within
 from gateway.backends.upstream.iggy_groups import IggyGroups
 from gateway.backends.upstream.iggy_status import status_error
@@ -37,12 +37,9 @@ from gateway.model import (
     AppendResult,
     ErrorCode,
     GatewayError,
-    GroupDescription,
-    JoinGroupResult,
     PartitionInfo,
     Record,
     RecordBatch,
-    SyncGroupResult,
     TopicInfo,
 )
 from gateway.protocols.iggy import codec as c
@@ -72,8 +69,9 @@ def _sendable(headers: Any, kinds: bool = False) -> tuple[tuple[str, bytes], ...
     return tuple(out)
 
 
-class IggyUpstream(UpstreamBackend):
+class IggyUpstream(GroupsByClient, UpstreamBackend):
     protocol = "iggy"
+    groups: IggyGroups
     serial_appends = True  # the send answer has no offsets: read from the watermark after
     protocol_errors = (c.RemoteProtocolError,)
     capabilities = upstream_capabilities(
@@ -103,24 +101,6 @@ class IggyUpstream(UpstreamBackend):
     async def close(self) -> None:
         await self.groups.aclose()
         await super().close()
-
-    # ------------------------------------------------------------------ consumer groups
-    async def group_join(
-        self, group: str, topics: tuple[str, ...], member_id: str, session_timeout_ms: int
-    ) -> JoinGroupResult:
-        return await self.groups.join(group, topics, member_id, session_timeout_ms)
-
-    async def group_sync(self, group: str, member_id: str, generation: int) -> SyncGroupResult:
-        return await self.groups.sync(group, member_id, generation)
-
-    async def group_heartbeat(self, group: str, member_id: str, generation: int) -> None:
-        await self.groups.heartbeat(group, member_id, generation)
-
-    async def group_leave(self, group: str, member_id: str) -> None:
-        await self.groups.leave(group, member_id)
-
-    async def group_describe(self, group: str) -> GroupDescription:
-        return await self.groups.describe(group)
 
     async def _connect(self) -> IggyClient:
         client = await IggyClient.connect(self.host, self.port)
