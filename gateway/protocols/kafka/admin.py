@@ -103,7 +103,7 @@ def topic_configs(
             rows.append((kafka_name, str(default), SOURCE_DEFAULT, TYPE_LONG))
         elif kafka_name != "segment.bytes":
             rows.append((kafka_name, "-1", SOURCE_DEFAULT, TYPE_LONG))
-    max_bytes = getattr(ctx.listener, "message_max_bytes", 1_000_012)
+    max_bytes = ctx.listener.message_max_bytes
     rows.append(("max.message.bytes", str(max_bytes), SOURCE_DEFAULT, TYPE_INT))
     rows.append(("cleanup.policy", "delete", SOURCE_DEFAULT, TYPE_LIST))
     return rows
@@ -112,7 +112,7 @@ def topic_configs(
 def broker_configs(ctx: KafkaContext) -> list[ConfigRow]:
     server = ctx.config.server
     return [
-        ("message.max.bytes", str(getattr(ctx.listener, "message_max_bytes", 1_000_012)),
+        ("message.max.bytes", str(ctx.listener.message_max_bytes),
          SOURCE_STATIC_BROKER, TYPE_INT),
         ("auto.create.topics.enable", str(server.auto_create_topics).lower(),
          SOURCE_STATIC_BROKER, TYPE_BOOLEAN),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.model import ErrorCode, GatewayError
 from gateway.observability import REQUESTS, labelled, protocol_error
 from gateway.protocols.kafka.errors import CLIENT_ERRORS, kafka_error
+from gateway.protocols.kafka08 import Kafka08ListenerConfig
 
 if TYPE_CHECKING:
     from gateway.config import GatewayConfig
@@ -56,7 +57,7 @@ class KafkaContext:
     def for_connection(cls, conn: ConnectionContext, log: Any = None) -> KafkaContext:
         return cls(
             conn,
-            getattr(conn.listener, "node_id", 0),
+            _listener(conn).node_id,
             conn.advertised_host,
             conn.advertised_port,
             log if log is not None else conn.log.bind(protocol=PROTOCOL, peer=conn.peer),
@@ -65,16 +66,16 @@ class KafkaContext:
     @property
     def sasl_required(self) -> bool:
         """SASL is on for this listener: only ApiVersions and SASL before authentication."""
-        return bool(getattr(self.conn.listener, "sasl_mechanisms", ()))
+        return bool(self.listener.sasl_mechanisms)
 
     @property
     def core(self) -> CoreView:
         return self.conn.core
 
     @property
-    def listener(self) -> Any:
-        """The listener's config (``Kafka08ListenerConfig``)."""
-        return self.conn.listener
+    def listener(self) -> Kafka08ListenerConfig:
+        """The listener's config (the Kafka listener is ``[listeners.kafka08]``)."""
+        return _listener(self.conn)
 
     @property
     def config(self) -> GatewayConfig:
@@ -102,3 +103,9 @@ class KafkaContext:
             self.log.warning("request_failed", api=api, error=str(exc), **fields)
         self.count(api, str(code))
         return code
+
+
+def _listener(conn: ConnectionContext) -> Kafka08ListenerConfig:
+    cfg = conn.listener
+    assert isinstance(cfg, Kafka08ListenerConfig)
+    return cfg

@@ -125,7 +125,7 @@ def router(ctx: KafkaContext) -> Callable[[int, int], bool]:
     "full" routes as :func:`route`; "0.8" and "off" leave everything to the 0.8 session (its
     0.8.2 ApiVersions table, or none). While SASL is on and the connection is not
     authenticated, every request comes here (and only the SASL ones are answered)."""
-    mode = getattr(ctx.listener, "api_versions", "full")
+    mode = ctx.listener.api_versions
 
     def decide(api_key: int, version: int) -> bool:
         if ctx.sasl_required and (not ctx.principal or api_key in SASL_KEYS):

@@ -32,7 +32,7 @@ async def handle(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
     cls = response_class(0, header.api_version)
     topic_cls = nested(cls, "TopicProduceResponse")
     part_cls = nested(cls, "PartitionProduceResponse")
-    max_bytes = getattr(ctx.listener, "message_max_bytes", 1_000_012)
+    max_bytes = ctx.listener.message_max_bytes
     acks = _acks(request.acks)
     timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
     transactional = request.transactional_id is not None

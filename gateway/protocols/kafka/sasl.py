@@ -52,7 +52,7 @@ def _scram_credentials(mechanism: str, user: str, password: str) -> tuple[Any, .
 
 
 def _password(ctx: KafkaContext, user: str) -> str | None:
-    for entry in getattr(ctx.listener, "sasl_users", ()):
+    for entry in ctx.listener.sasl_users:
         if entry.get("username") == user:
             return entry.get("password")
     return None
@@ -66,7 +66,7 @@ def _fail(ctx: KafkaContext, api: str, kind: str, message: str, **fields: Any) -
 
 async def handshake(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
     cls = response_class(17, header.api_version)
-    enabled = tuple(getattr(ctx.listener, "sasl_mechanisms", ()))
+    enabled = tuple(ctx.listener.sasl_mechanisms)
     if ctx.sasl is not None or ctx.principal:
         _fail(ctx, "sasl_handshake", "illegal_sasl_state", "a second SASL handshake")
         return cls(error_code=K.illegal_sasl_state, mechanisms=enabled)
