@@ -23,8 +23,9 @@ from gateway.backends.kafka.records import (
 )
 from gateway.canonical import CANONICAL, peek_header
 from gateway.model import RESERVED_HEADER_PREFIX, Record, RecordBatch
-from gateway.protocols.kafka.inflate import Corrupt, TooLarge, inflate
+from gateway.protocols.kafka.inflate import Corrupt, TooLarge, inflate_steps
 from gateway.protocols.kafka.native import KAFKA_V2, at_offset
+from gateway.protocols.steps import Steps, finish
 
 NO_PRODUCER = -1
 
@@ -56,6 +57,12 @@ _US_NAME = US_HEADER.encode()
 _US_LEN = len(_US_NAME)
 _US_BYTE = 2 * _US_LEN  # the one-byte varint of its length
 _TS_FAST = 8192  # the largest magnitude of a one- or two-byte varint, plus one
+STEP_RECORDS = 10_000
+"""Records checked in one step (the listener's ``max_records_per_step``): about 5 ms of the
+event loop's time for tiny records (the fast walk: at most 63 headers a record)."""
+STEP_BYTES = 1 << 20
+"""Bytes the careful walk (:func:`_walk`) checks in one step, whatever the records: a record
+may have 65535 headers, so a count alone does not bound a step's time there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,17 +151,17 @@ for _b in range(128, 256):
 del _b, _c, _n
 
 
-def _fast_walk(buf: bytes, pos: int, count: int) -> tuple[int, int]:
-    """(i, position of record i): records 0..i-1 from ``pos`` are well formed (see
+def _fast_walk(buf: bytes, pos: int, count: int, first: int = 0) -> tuple[int, int]:
+    """(i, position of record i): records ``first``..i-1 from ``pos`` are well formed (see
     :func:`_walk`); record i is the first this walk does not vouch for (i == count: none), well
     formed or not: it takes records whose varints are one or two bytes, header names below 64
     bytes and timestamp deltas within +-8191 (the caller checks these fit), and leaves the rest
     to :func:`_walk`, which goes on from record i. Table look-ups instead of arithmetic: the
     common case at about the cost of walking the lengths alone."""
     z1, z2, a1, a2, k1 = _Z1, _Z2, _A1, _A2, _K1
-    i = 0
+    i = first
     try:
-        for i in range(count):
+        for i in range(first, count):
             b = buf[pos]
             if b < 0x80:
                 p = pos + 1
@@ -229,8 +236,15 @@ def _us_ok(value: bytes) -> bool:
 
 
 def _walk(
-    buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int, first: int = 0
-) -> None:
+    buf: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    ts_lo: int,
+    ts_hi: int,
+    first: int = 0,
+    max_bytes: int = _FAR,
+) -> tuple[int, int]:
     """Check every record of a batch as a broker does, without building objects: its length
     prefix; its timestamp delta within ``ts_lo``..``ts_hi``; its offset delta (record i has
     i); its key and value lengths (-1 for null, else bytes within the record); its header count
@@ -239,8 +253,15 @@ def _walk(
     decode stored Kafka batches, and one malformed record would make the whole batch unreadable
     for them. The one- and two-byte varints (lengths below 8 KiB, deltas below 8192) are read
     in line and headers (rare) in a function. ``pos`` is where record ``first`` starts (the
-    records before it checked by :func:`_fast_walk`)."""
+    records before it checked by :func:`_fast_walk`). Walks records ``first``..``count``-1,
+    or stops early at the first record starting ``max_bytes`` or more past ``pos`` (a step:
+    with up to 65535 headers a record, bytes bound this walk's time where a record count does
+    not); returns (the first record not walked, its position). Whether the records fill the
+    batch is the caller's check (:func:`_trailing`)."""
+    start = pos
     for i in range(first, count):
+        if pos - start >= max_bytes:
+            return i, pos
         b = buf[pos]
         if b < 0x80:
             length = (b >> 1) ^ -(b & 1)
@@ -314,21 +335,62 @@ def _walk(
                 CORRUPT_MESSAGE,
             )
         pos = stop
+    return count, pos
+
+
+def _trailing(pos: int, end: int, count: int) -> None:
     if pos != end:
         raise InvalidBatch(f"{end - pos} bytes after the batch's {count} records", CORRUPT_MESSAGE)
 
 
-def _check_records(buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int) -> None:
-    """:func:`_fast_walk` for the common case, :func:`_walk` (which names what is wrong) from
-    the first record it leaves, so no record is walked twice."""
-    first = 0
+def _check_span(
+    buf: bytes, pos: int, end: int, first: int, upto: int, ts_lo: int, ts_hi: int, max_bytes: int
+) -> tuple[int, int]:
+    """Records ``first``..``upto``-1 (or fewer, see :func:`_walk`'s ``max_bytes``):
+    :func:`_fast_walk` for the common case, :func:`_walk` (which names what is wrong) from the
+    first record it leaves, so no record is walked twice. (first record not checked, its
+    position)."""
     if ts_lo <= -_TS_FAST and ts_hi >= _TS_FAST:  # any two-byte delta gives a good timestamp
-        first, pos = _fast_walk(buf, pos, count)
-    _walk(buf, pos, end, count, ts_lo, ts_hi, first)
+        first, pos = _fast_walk(buf, pos, upto, first)
+        if first == upto:
+            return first, pos
+    return _walk(buf, pos, end, upto, ts_lo, ts_hi, first, max_bytes)
+
+
+def _check_records(buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int) -> None:
+    """Every record checked in one go."""
+    _, pos = _check_span(buf, pos, end, 0, count, ts_lo, ts_hi, _FAR)
+    _trailing(pos, end, count)
+
+
+def _check_steps(
+    buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int, step: int
+) -> Steps[None]:
+    """Every record checked in steps of at most ``step`` records (and, past the fast walk,
+    :data:`STEP_BYTES`), yielding between two: a batch of ``step`` records or fewer (within
+    those bytes) is checked in one step, without yielding."""
+    i = 0
+    while True:
+        i, pos = _check_span(buf, pos, end, i, min(count, i + step), ts_lo, ts_hi, STEP_BYTES)
+        if i >= count:
+            break
+        yield
+    _trailing(pos, end, count)
 
 
 def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
-    """The one v2 batch of a Produce (v3+) partition, kept as sent (``native.KAFKA_V2``).
+    """:func:`produced_steps` in one go (tests, tools: nothing else to serve meanwhile)."""
+    return finish(produced_steps(data, max_bytes))
+
+
+def produced_steps(
+    data: bytes | memoryview, max_bytes: int, step_records: int = STEP_RECORDS
+) -> Steps[ProducedBatch]:
+    """The one v2 batch of a Produce (v3+) partition, kept as sent (``native.KAFKA_V2``), read
+    in steps (``gateway.protocols.steps``): a batch of ``step_records`` records or fewer is read
+    in one, a larger one yields after its decompression and every ``step_records`` records
+    checked, so its session can serve other connections meanwhile (a megabyte of zstd can hold
+    a million records: about half a second of checking in one go).
     Raises InvalidBatch: not exactly one batch, not magic 2, a CRC mismatch, a control or
     transactional batch, records that do not fill it as its header says, above ``max_bytes``
     (the listener's message_max_bytes, as a broker's message.max.bytes: per batch)."""
@@ -367,10 +429,13 @@ def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
     try:
         codec = attrs & COMPRESSION_MASK
         if codec:
-            records, pos = inflate(codec, buf[start:]), 0
+            records = yield from inflate_steps(codec, buf[start:])
+            pos = 0
+            if count > step_records:
+                yield  # the decompression was a step of its own
         else:
             records, pos = buf, start
-        _check_records(records, pos, len(records), count, ts_lo, ts_hi)
+        yield from _check_steps(records, pos, len(records), count, ts_lo, ts_hi, step_records)
     except IndexError as exc:
         raise InvalidBatch(f"truncated records: {exc}", CORRUPT_MESSAGE) from None
     except TooLarge as exc:

@@ -5,23 +5,46 @@ its first offsets and stored once, and a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER."
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
 
+import trio
 from kio.schema.errors import ErrorCode as K
 
 from gateway.model import Acks, GatewayError, Produce
-from gateway.observability import RECORDS_IN, labelled, protocol_error
+from gateway.observability import RECORDS_IN, labelled, limit_hit, protocol_error
 from gateway.protocols.kafka.batches import (
     NO_PRODUCER,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     InvalidBatch,
-    read_produced,
+    produced_steps,
 )
 from gateway.protocols.kafka.codec import NO_THROTTLE, build, nested, response_class
 from gateway.protocols.kafka.context import PROTOCOL, KafkaContext, RequestHeader
+from gateway.protocols.steps import Steps
 
 API = "produce"
 _RECORDS_IN = labelled(RECORDS_IN, PROTOCOL)
+STEP_LIMIT = "max_records_per_step"
+T = TypeVar("T")
+
+
+async def run_steps(steps: Steps[T], stepped: Callable[[], None]) -> T:
+    """The result of a codec's stepwise work (``gateway.protocols.steps``), every other task
+    of the event loop let run between two steps; ``stepped()`` is called once, at the first
+    step boundary (work small enough for one step never calls it, nor checkpoints)."""
+    try:
+        next(steps)
+    except StopIteration as done:
+        return done.value
+    stepped()
+    while True:
+        await trio.lowlevel.checkpoint()
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 def _acks(acks: int) -> Acks:
@@ -82,8 +105,12 @@ async def _one(
         )
         ctx.count(API, str(TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
         return TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "transactions are not supported"
+    step = ctx.listener.max_records_per_step
     try:
-        produced = read_produced(records or b"", max_bytes)
+        produced = await run_steps(
+            produced_steps(records or b"", max_bytes, step),
+            partial(limit_hit, STEP_LIMIT, PROTOCOL, ctx.log, topic=topic, **{STEP_LIMIT: step}),
+        )
     except InvalidBatch as exc:
         protocol_error(ctx.log, PROTOCOL, "invalid_batch", topic=topic, error=str(exc))
         ctx.count(API, str(exc.code))

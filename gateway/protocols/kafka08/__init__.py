@@ -31,6 +31,10 @@ class Kafka08ListenerConfig(ListenerConfig):
     "off"."""
     message_max_bytes: int = 1_000_012
     """Largest produced message (MessageSizeTooLarge, error 10, above it)."""
+    max_records_per_step: int = 10_000
+    """Records (messages) of one produced batch or message set checked in one go: a larger one
+    (a megabyte of zstd can hold a million records, half a second of checking) is checked in
+    steps of this many, the connection letting every other one run between two steps."""
     node_id: int = 0
     """The broker id the gateway advertises in Metadata and ConsumerMetadata."""
 
@@ -81,6 +85,8 @@ class Kafka08ListenerConfig(ListenerConfig):
             )
         if self.message_max_bytes < 14:
             problems.append(f"message_max_bytes: got {self.message_max_bytes}, expected >= 14")
+        if self.max_records_per_step < 1:
+            problems.append(f"max_records_per_step: got {self.max_records_per_step}, expected >= 1")
         if self.max_answer_bytes < self.message_max_bytes + 12:
             # a stored message must fit one Fetch answer, or no client could ever read past it
             problems.append(

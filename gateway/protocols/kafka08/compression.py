@@ -9,6 +9,8 @@ import zlib
 
 import cramjam
 
+from gateway.protocols.steps import Steps, finish
+
 NONE, GZIP, SNAPPY, LZ4 = 0, 1, 2, 3
 CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4}
 
@@ -20,6 +22,8 @@ _BE32 = struct.Struct(">i")
 _LE32 = struct.Struct("<I")
 _LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 MAX_DECOMPRESSED = 256 << 20
+INFLATE_STEP = 16 << 20
+"""gzip output inflated in one step (see :func:`gzip_steps`)."""
 
 
 class CompressionError(ValueError):
@@ -34,15 +38,37 @@ def gzip_compress(data: bytes) -> bytes:
     return c.compress(data) + c.flush()
 
 
-def gzip_decompress(data: bytes) -> bytes:
+def gzip_decompress(data: bytes, limit: int | None = None) -> bytes:
+    """:func:`gzip_steps` in one go."""
+    return finish(gzip_steps(data, limit))
+
+
+def gzip_steps(data: bytes, limit: int | None = None) -> Steps[bytes]:
+    """A gzip (or zlib) payload inflated :data:`INFLATE_STEP` bytes at a time, yielding
+    between two (``gateway.protocols.steps``), at most ``limit`` bytes (default
+    :data:`MAX_DECOMPRESSED`). A megabyte of gzip can inflate to a gigabyte; zlib inflates
+    such runs at about a gigabyte a second, so the bound's 256 MiB in one call would hold the
+    event loop for a quarter of a second."""
+    limit = MAX_DECOMPRESSED if limit is None else limit
+    d = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
+    parts = []
+    total = 0
+    tail = data
     try:
-        d = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
-        out = d.decompress(data, MAX_DECOMPRESSED)
-        if d.unconsumed_tail:
-            raise CompressionError("gzip payload inflates beyond the limit")
-        return out
+        while True:
+            room = min(INFLATE_STEP, limit - total + 1)  # a byte more tells it is beyond
+            chunk = d.decompress(tail, room)
+            total += len(chunk)
+            if total > limit:
+                raise CompressionError("gzip payload inflates beyond the limit")
+            parts.append(chunk)
+            tail = d.unconsumed_tail
+            if d.eof or (not tail and len(chunk) < room):
+                break  # the end of the stream, or of the input (a truncated one: what came)
+            yield
     except zlib.error as exc:
         raise CompressionError(f"bad gzip payload: {exc}") from None
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 # ------------------------------------------------------------------------------- snappy
@@ -203,8 +229,14 @@ def compress(codec: int, data: bytes) -> bytes:
 
 
 def decompress(codec: int, data: bytes) -> bytes:
+    return finish(decompress_steps(codec, data))
+
+
+def decompress_steps(codec: int, data: bytes) -> Steps[bytes]:
+    """gzip in steps (:func:`gzip_steps`), the others in one call (snappy claims at most
+    about 21 times its size, lz4 decompresses at memory speed)."""
     if codec == GZIP:
-        return gzip_decompress(data)
+        return (yield from gzip_steps(data))
     if codec == SNAPPY:
         return snappy_decompress(data)
     if codec == LZ4:

@@ -28,6 +28,7 @@ from gateway.canonical import CANONICAL, FIELD, RECORD, block_head, new_starts, 
 from gateway.model import Record, RecordBatch
 from gateway.protocols.kafka08 import compression
 from gateway.protocols.kafka08.compression import CompressionError
+from gateway.protocols.steps import Steps, finish
 
 Buffer = bytes | bytearray | memoryview
 
@@ -44,6 +45,8 @@ M0_NULL_KEY_VLEN = struct.Struct(">bbii")  # magic, attributes, key length -1, v
 LOG_OVERHEAD = 12
 MIN_MESSAGE = 14  # magic 0
 MIN_MESSAGE_V1 = 22
+MIN_ENTRY = LOG_OVERHEAD + MIN_MESSAGE
+STEP_MESSAGES = 10_000  # the listener's max_records_per_step
 NULL = b"\xff\xff\xff\xff"
 M0_NULL_KEY = b"\x00\x00\xff\xff\xff\xff"  # magic 0, attributes 0, key null
 
@@ -64,11 +67,21 @@ class InvalidMessageSet(ValueError):
 
 
 def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) -> RecordBatch:
+    """:func:`produce_steps` in one go (tests, tools: nothing else to serve meanwhile)."""
+    return finish(produce_steps(buf, now_us, max_message_bytes))
+
+
+def produce_steps(
+    buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012, step: int = STEP_MESSAGES
+) -> Steps[RecordBatch]:
     """The records of one partition's produced MessageSet, CRCs checked, stamped ``now_us`` (magic
-    0 has no timestamp). A plain set comes back as a canonical block; a trailing partial entry is
-    dropped (``Log.trimInvalidBytes``). Raises :class:`InvalidMessageSet` (code 2 for a bad CRC,
-    size, magic or compressed payload; 10 for an entry above ``max_message_bytes``); nothing of
-    the partition is then stored."""
+    0 has no timestamp), read in steps (``gateway.protocols.steps``): a yield after every
+    ``step`` messages (inner messages of compressed wrappers too), so a session serves other
+    connections meanwhile; a set of ``step`` messages or fewer is read without yielding. A plain
+    set comes back as a canonical block; a trailing partial entry is dropped
+    (``Log.trimInvalidBytes``). Raises :class:`InvalidMessageSet` (code 2 for a bad CRC, size,
+    magic or compressed payload; 10 for an entry above ``max_message_bytes``); nothing of the
+    partition is then stored."""
     view = memoryview(buf)
     n = len(view)
     pos = count = 0
@@ -86,9 +99,13 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
     crsize = RECORD.size
     last_klen = last_vlen = -2
     header = b""
+    mark = step  # the message count of the next yield
     # the hot loop: one unpack (offset, size, crc, magic, attributes, key length and, for a null
     # key, value length), one CRC, one canonical record header; keys and values are slices
     while pos + 26 <= n:
+        if count >= mark:
+            yield
+            mark = count + step
         _, size, crc, magic_attrs, klen, vlen = unpack(view, pos)
         end = pos + LOG_OVERHEAD + size
         if size < MIN_MESSAGE or size > limit or end > n:
@@ -156,12 +173,12 @@ def parse_produce(buf: Buffer, now_us: int, max_message_bytes: int = 1_000_012) 
         block = b"".join(parts)
         return RecordBatch(encoded=block, codec=CANONICAL, count=count, max_timestamp_us=now_us)
     records: list[Record] = []
-    _decode_entries(view[:pos], now_us, records, False, False, max_message_bytes)
+    yield from _entries(view[:pos], now_us, records, False, False, max_message_bytes, step=step)
     max_ts = max((r.timestamp_us for r in records), default=now_us)
     return RecordBatch(records, max_timestamp_us=max_ts)
 
 
-def _decode_entries(
+def _entries(
     buf: Buffer,
     default_ts_us: int,
     out: list[Record],
@@ -169,15 +186,21 @@ def _decode_entries(
     check_crc: bool,
     max_bytes: int = 1 << 62,
     with_offsets: bool = False,
-) -> None:
-    """Append the records of a message set to ``out`` (compressed wrappers unpacked, one level).
-    ``with_offsets`` keeps the entries' offsets (client role; magic-1 inner offsets made
+    step: int = 1 << 62,
+) -> Steps[None]:
+    """Append the records of a message set to ``out`` (compressed wrappers unpacked, one level),
+    yielding after every ``step`` records and after each decompression of a wrapper holding
+    more. ``with_offsets`` keeps the entries' offsets (client role; magic-1 inner offsets made
     absolute). A trailing partial entry is ignored."""
     view = memoryview(buf)
     n = len(view)
     pos = 0
     i32 = I32.unpack_from
+    mark = len(out) + step  # the record count of the next yield
     while pos + LOG_OVERHEAD <= n:
+        if len(out) >= mark:
+            yield
+            mark = len(out) + step
         offset, size = OFFSET_SIZE.unpack_from(view, pos)
         end = pos + LOG_OVERHEAD + size
         if size < MIN_MESSAGE:
@@ -216,11 +239,13 @@ def _decode_entries(
             if value is None:
                 raise InvalidMessageSet("compressed wrapper without a value")
             try:
-                data = compression.decompress(codec, value)
+                data = yield from compression.decompress_steps(codec, value)
             except CompressionError as exc:
                 raise InvalidMessageSet(str(exc)) from None
+            if len(data) > step * MIN_ENTRY:
+                yield  # the decompression was a step of its own
             start = len(out)
-            _decode_entries(data, ts, out, True, check_crc, max_bytes, with_offsets)
+            yield from _entries(data, ts, out, True, check_crc, max_bytes, with_offsets, step)
             if with_offsets and magic == 1 and len(out) > start:
                 # KIP-31: inner offsets are relative; the wrapper carries the last absolute one
                 last_rel = out[-1].offset
@@ -242,7 +267,7 @@ def decode_message_set(
     """Client role: the records of a fetched MessageSet with their offsets (a trailing partial
     entry, as Kafka's fetch cut leaves it, is ignored)."""
     out: list[Record] = []
-    _decode_entries(buf, default_ts_us, out, False, check_crc, with_offsets=True)
+    finish(_entries(buf, default_ts_us, out, False, check_crc, with_offsets=True))
     return out
 
 

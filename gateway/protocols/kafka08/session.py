@@ -19,6 +19,7 @@ too.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -54,11 +55,12 @@ from gateway.protocols.driver import Connection, drive
 from gateway.protocols.kafka import context as modern_context
 from gateway.protocols.kafka import dispatch as modern
 from gateway.protocols.kafka.frames import Frames, ModernRequest
+from gateway.protocols.kafka.produce import STEP_LIMIT, run_steps
 from gateway.protocols.kafka08 import Kafka08ListenerConfig
 from gateway.protocols.kafka08 import codec as c
 from gateway.protocols.kafka08.codec import ApiKey, Request
 from gateway.protocols.kafka08.compression import CODECS
-from gateway.protocols.kafka08.messageset import InvalidMessageSet, encode_fetch, parse_produce
+from gateway.protocols.kafka08.messageset import InvalidMessageSet, encode_fetch, produce_steps
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -237,7 +239,7 @@ class Session:
         right after the previous one answered."""
         try:
             start = time.perf_counter()
-            parsed = self._parse_produce(request)
+            parsed = await self._parse_produce(request)
             if previous is not None:
                 await previous.released.wait()
             if io.failure is not None:
@@ -309,18 +311,25 @@ class Session:
 
     # ------------------------------------------------------------------ produce
     async def produce(self, request: Request) -> Any:
-        return await self._store_produce(request, self._parse_produce(request))
+        return await self._store_produce(request, await self._parse_produce(request))
 
-    def _parse_produce(self, request: Request) -> list[tuple[Any, list[tuple[Any, Any]]]]:
+    async def _parse_produce(self, request: Request) -> list[tuple[Any, list[tuple[Any, Any]]]]:
         """Each topic with its partitions' parsed batches (or the InvalidMessageSet they raised):
-        the CPU part of a produce, done before it is this request's turn to store."""
+        the CPU part of a produce, done before it is this request's turn to store; a set of
+        more than ``max_records_per_step`` messages in steps, other connections served
+        between two."""
         stamp = now_us()
         parsed = []
+        step = self.cfg.max_records_per_step
+        limit = {STEP_LIMIT: step}
         for t in request.body.topics:
             partitions = []
             for p in t.partitions:
                 try:
-                    batch: Any = parse_produce(p.message_set, stamp, self.message_max_bytes)
+                    batch: Any = await run_steps(
+                        produce_steps(p.message_set, stamp, self.message_max_bytes, step),
+                        partial(limit_hit, STEP_LIMIT, PROTOCOL, self.log, topic=t.topic, **limit),
+                    )
                 except InvalidMessageSet as exc:
                     batch = exc
                 partitions.append((p, batch))

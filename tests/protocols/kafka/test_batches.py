@@ -31,8 +31,10 @@ from gateway.protocols.kafka.batches import (
     _fast_walk,
     _walk,
     fetch_records,
+    produced_steps,
     read_produced,
 )
+from gateway.protocols.steps import finish
 
 RECORDS = [
     Record(b"k%d" % i, b"v%d" % i, (("h", b"x%d" % i),), (1_700_000_000_000 + i) * 1000)
@@ -349,5 +351,64 @@ def test_the_fast_check_agrees_with_the_full_walk() -> None:
         buf = bytes(data)
         vouched, end = _fast_walk(buf, 0, 20)
         stopped_early += vouched < 20
-        _walk(buf, 0, end, vouched, -BASE_MS, BASE_MS)  # does not raise
+        assert _walk(buf, 0, end, vouched, -BASE_MS, BASE_MS) == (vouched, end)  # no raise
     assert stopped_early > 100  # damage to lengths and deltas, not only to values
+
+
+def steps_taken(data: bytes, step: int) -> tuple[int, object]:
+    """(how many times the stepwise read yielded, its result or the InvalidBatch it raised)."""
+    steps = produced_steps(data, 1 << 24, step)
+    yields = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return yields, done.value
+        except InvalidBatch as exc:
+            return yields, (exc.code, str(exc))
+        yields += 1
+
+
+@pytest.mark.parametrize("codec", [0, 4])
+def test_a_large_batch_is_checked_in_steps_with_the_same_result(codec: int) -> None:
+    """1000 records in steps of 100: 10 steps (and the decompression one of its own), the
+    batch read as in one go; a batch of at most one step never yields."""
+    data = raw_batch([record(i, value=b"v%d" % i, ts_delta=i) for i in range(1000)], codec)
+    yields, got = steps_taken(data, 100)
+    assert yields == 9 + (codec != 0)
+    whole = read_produced(data, 1 << 24)
+    assert isinstance(got, type(whole)) and got.batch.encoded == whole.batch.encoded
+    assert [r[:4] for r in got.batch.records] == [r[:4] for r in whole.batch.records]
+    assert steps_taken(data, 1000)[0] == 0
+
+
+@pytest.mark.parametrize("codec", [0, 4])
+def test_a_malformed_record_late_in_a_stepped_batch_is_refused_as_in_one_go(codec: int) -> None:
+    bodies = [record(i) for i in range(1000)]
+    for at, bad in ((999, record(999, klen=200)), (555, record(554)), (700, record(700, nh=-1))):
+        data = raw_batch(bodies[:at] + [bad] + bodies[at + 1 :], codec)
+        with pytest.raises(InvalidBatch) as info:
+            read_produced(data, 1 << 24)
+        yields, got = steps_taken(data, 100)
+        assert got == (info.value.code, str(info.value))
+        assert yields >= at // 100 - 1  # the records before it were checked in steps
+
+
+def test_trailing_bytes_after_a_stepped_batch_are_refused() -> None:
+    bodies = [record(i) for i in range(300)]
+    lengths = [len(b) for b in bodies]
+    data = raw_batch(bodies[:-1] + [bodies[-1] + b"\0\0"], 0, lengths)
+    assert steps_taken(data, 100)[1] == (
+        CORRUPT_MESSAGE,
+        "2 bytes after the batch's 300 records",
+    )
+
+
+def test_the_careful_walk_steps_by_bytes_too() -> None:
+    """Records the fast walk leaves to the careful one (64 headers each, 3-byte offset
+    deltas...): a step stops after about a megabyte whatever the step's record count."""
+    headers = tuple((b"h%d" % j, b"x" * 200) for j in range(64))  # ~13 KB a record
+    data = raw_batch([record(i, headers=headers) for i in range(400)])  # ~5 MB
+    yields, got = steps_taken(data, 10_000)
+    assert 3 <= yields <= 6
+    assert finish(produced_steps(data, 1 << 24, 10_000)).batch.count == 400
