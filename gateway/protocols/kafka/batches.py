@@ -388,9 +388,10 @@ def produced_steps(
 ) -> Steps[ProducedBatch]:
     """The one v2 batch of a Produce (v3+) partition, kept as sent (``native.KAFKA_V2``), read
     in steps (``gateway.protocols.steps``): a batch of ``step_records`` records or fewer is read
-    in one, a larger one yields after its decompression and every ``step_records`` records
-    checked, so its session can serve other connections meanwhile (a megabyte of zstd can hold
-    a million records: about half a second of checking in one go).
+    in one (unless gzip inflates it to more than 16 MiB), a larger one yields after its
+    decompression and every ``step_records`` records checked, so its session can serve other
+    connections meanwhile (a megabyte of zstd can hold a million records: about half a second
+    of checking in one go).
     Raises InvalidBatch: not exactly one batch, not magic 2, a CRC mismatch, a control or
     transactional batch, records that do not fill it as its header says, above ``max_bytes``
     (the listener's message_max_bytes, as a broker's message.max.bytes: per batch)."""

@@ -1,6 +1,6 @@
 """Decompressing a produced batch's records within a bound, sans-IO: a few kilobytes of zstd or
 gzip can claim gigabytes, and the gateway must not allocate what a client claims. At most
-:data:`MAX_DECOMPRESSED` bytes (the 0.8 path's bound, 256 MiB) come out of one batch; more is
+:data:`MAX_DECOMPRESSED` bytes (the 0.8 path's bound, 64 MiB) come out of one batch; more is
 refused as :class:`TooLarge`. gzip goes through the 0.8 path's bounded reader; snappy's declared
 lengths are checked before anything is allocated; zstd and lz4 frames (linked blocks, as
 librdkafka writes them) are decompressed into a buffer of the frame's declared content size, or
@@ -38,10 +38,10 @@ def inflate(codec: int, data: bytes, limit: int | None = None) -> bytes:
 def inflate_steps(codec: int, data: bytes, limit: int | None = None) -> Steps[bytes]:
     """The records of a batch compressed with ``codec``, at most ``limit`` bytes (default
     :data:`MAX_DECOMPRESSED`), in steps (``gateway.protocols.steps``) where it takes long:
-    gzip inflates 16 MiB a step (a megabyte of it can claim a gigabyte, at about a gigabyte a
-    second). The others go in one call: their worst case within the bound, 256 MiB of zeros
-    from about 1 MB (lz4) or 10 KB (zstd), decompresses at memory speed (tens of
-    milliseconds), and snappy cannot claim more than about 21 times its size."""
+    gzip inflates 16 MiB a step (a megabyte of it can claim a gigabyte). The others go in one
+    call: their worst case within the bound, 64 MiB of zeros from about 300 KB (lz4) or 2 KB
+    (zstd), takes about 60 ms (lz4) and 30 ms (zstd), and snappy cannot claim more than about
+    21 times its size."""
     limit = MAX_DECOMPRESSED if limit is None else limit
     try:
         if codec == GZIP:

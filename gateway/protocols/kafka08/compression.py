@@ -21,7 +21,12 @@ LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _BE32 = struct.Struct(">i")
 _LE32 = struct.Struct("<I")
 _LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
-MAX_DECOMPRESSED = 256 << 20
+MAX_DECOMPRESSED = 64 << 20
+"""The most one compressed batch (or wrapper) may inflate to. Real batches inflate a few times
+their size (at most ``message_max_bytes``, 1 MB); a hostile one of zeros claims it all. Why not
+more: zstd and lz4 decompress in one call (cramjam has no bounded-output stream), and at 256
+MiB (this bound before) that call held the event loop 230 ms (zstd) and 460 ms (lz4), mostly
+the page faults of the buffer and its copy; at 64 MiB about a quarter of that."""
 INFLATE_STEP = 16 << 20
 """gzip output inflated in one step (see :func:`gzip_steps`)."""
 
@@ -47,8 +52,8 @@ def gzip_steps(data: bytes, limit: int | None = None) -> Steps[bytes]:
     """A gzip (or zlib) payload inflated :data:`INFLATE_STEP` bytes at a time, yielding
     between two (``gateway.protocols.steps``), at most ``limit`` bytes (default
     :data:`MAX_DECOMPRESSED`). A megabyte of gzip can inflate to a gigabyte; zlib inflates
-    such runs at about a gigabyte a second, so the bound's 256 MiB in one call would hold the
-    event loop for a quarter of a second."""
+    such runs at about 400 MB a second (256 MiB of zeros: 0.7 s), so the whole bound in one
+    call would hold the event loop for 0.2 s; 16 MiB takes about 40 ms."""
     limit = MAX_DECOMPRESSED if limit is None else limit
     d = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
     parts = []

@@ -77,7 +77,8 @@ def produce_steps(
     """The records of one partition's produced MessageSet, CRCs checked, stamped ``now_us`` (magic
     0 has no timestamp), read in steps (``gateway.protocols.steps``): a yield after every
     ``step`` messages (inner messages of compressed wrappers too), so a session serves other
-    connections meanwhile; a set of ``step`` messages or fewer is read without yielding. A plain
+    connections meanwhile; a set of ``step`` messages or fewer (a compressed one: inflating to
+    at most ``step`` times 26 bytes, the smallest message) is read without yielding. A plain
     set comes back as a canonical block; a trailing partial entry is dropped
     (``Log.trimInvalidBytes``). Raises :class:`InvalidMessageSet` (code 2 for a bad CRC, size,
     magic or compressed payload; 10 for an entry above ``max_message_bytes``); nothing of the
@@ -93,6 +94,7 @@ def produce_steps(
     limit = max_message_bytes
     parts: list[Buffer] = [b""]
     append = parts.append
+    joined: list[bytes] = []  # the records of the steps before, each step's joined at its end
     starts = new_starts()  # the block's start table, written on the way (canonical version 3)
     start = starts.append
     at = 0  # where the next canonical record starts
@@ -104,6 +106,10 @@ def produce_steps(
     # key, value length), one CRC, one canonical record header; keys and values are slices
     while pos + 26 <= n:
         if count >= mark:
+            # a step's slices joined now: a million of them joined at the end would be a long
+            # step, and held that long they make the garbage collector's passes long
+            joined.append(b"".join(parts))
+            parts.clear()
             yield
             mark = count + step
         _, size, crc, magic_attrs, klen, vlen = unpack(view, pos)
@@ -169,8 +175,12 @@ def produce_steps(
     if plain:
         if not count:
             return RecordBatch([])
-        parts[0] = block_head(starts, count, now_us, now_us)
-        block = b"".join(parts)
+        head = block_head(starts, count, now_us, now_us)
+        if joined:
+            block = b"".join([head, *joined, *parts])
+        else:
+            parts[0] = head
+            block = b"".join(parts)
         return RecordBatch(encoded=block, codec=CANONICAL, count=count, max_timestamp_us=now_us)
     records: list[Record] = []
     yield from _entries(view[:pos], now_us, records, False, False, max_message_bytes, step=step)
