@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gateway.canonical import CANONICAL
 from gateway.model import Record
 from gateway.protocols.kafka08 import compression
 from gateway.protocols.kafka08.messageset import (
@@ -76,3 +77,40 @@ def test_a_bad_message_late_in_a_stepped_set_is_refused_as_in_one_go(codec: int)
     yields, got = stepped(data, 100)
     assert got == (info.value.code, str(info.value))
     assert yields >= 8
+
+
+@pytest.mark.parametrize("codec", [compression.GZIP, compression.SNAPPY, compression.LZ4])
+def test_one_magic_0_wrapper_is_read_into_a_block_like_a_plain_set(codec: int) -> None:
+    """No object per record: the inner set goes the plain set's way (a canonical block)."""
+    batch = parse_produce(encode_message_set(RECORDS, codec=codec), 7)
+    assert batch.codec is CANONICAL and batch.count == len(RECORDS)
+    assert [(r.key, r.value, r.timestamp_us) for r in batch.records] == [
+        (r.key, r.value, 7) for r in RECORDS
+    ]
+
+
+def wrapped(inner: bytes) -> bytes:
+    return encode_message(None, compression.compress(compression.GZIP, inner), 9, 0, 1)
+
+
+def test_inside_one_wrapper_a_nested_wrapper_is_refused_a_bad_crc_not_checked() -> None:
+    """As before and as the 0.8.2 broker: inner CRCs are not checked (the wrapper's is)."""
+    entries = [encode_message(r.key, r.value, i) for i, r in enumerate(RECORDS[:10])]
+    nested = encode_message_set(RECORDS[:3], codec=compression.GZIP)
+    with pytest.raises(InvalidMessageSet, match="nested compressed message"):
+        parse_produce(wrapped(b"".join(entries[:5]) + nested), 7)
+    bad = bytearray(entries[5])
+    bad[-1] ^= 0xFF  # the value's last byte: its CRC no longer matches
+    batch = parse_produce(wrapped(b"".join(entries[:5]) + bytes(bad)), 7)
+    assert [r.value for r in batch.records] == [r.value for r in RECORDS[:5]] + [bytes(bad[-2:])]
+    with pytest.raises(InvalidMessageSet, match="CRC mismatch"):
+        parse_produce(b"".join(entries[:5]) + bytes(bad), 7)  # a plain set's are
+
+
+def test_a_magic_1_wrapper_keeps_its_records_timestamps() -> None:
+    base_ms = 1_700_000_000_000
+    stamped = [r._replace(timestamp_us=(base_ms + i) * 1000) for i, r in enumerate(RECORDS)]
+    batch = parse_produce(encode_message_set(stamped, magic=1, codec=compression.GZIP), 7)
+    assert [(r.key, r.value, r.timestamp_us) for r in batch.records] == [
+        (r.key, r.value, r.timestamp_us) for r in stamped
+    ]
