@@ -78,6 +78,10 @@ class ServerConfig:
     """(Idempotent producer, partition) entries kept for de-duplicating retries (about 200 bytes
     each); beyond it the least recently used is forgotten."""
 
+    max_answer_memory: int = 512 * 1024 * 1024
+    """Record bytes all fetch/consume/poll answers of the process may hold together, being
+    built or waiting to be sent; an answer gets less (at worst none) when the pool is short."""
+
     def validate(self) -> list[str]:
         problems = []
         if self.max_producer_states < 1:
@@ -124,6 +128,11 @@ class ServerConfig:
             problems.append(
                 f"server.max_topics_created_per_s: got {self.max_topics_created_per_s}, "
                 "expected 0 (unlimited) or a positive rate"
+            )
+        if self.max_answer_memory < 1024 * 1024:
+            problems.append(
+                f"server.max_answer_memory: got {self.max_answer_memory!r}, "
+                "expected bytes >= 1048576 (1 MiB)"
             )
         if not 1 <= self.default_partitions <= 100_000:
             problems.append(

@@ -49,7 +49,7 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
-from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget
+from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget, holding
 from gateway.protocols.driver import Connection, drive
 from gateway.protocols.kafka import context as modern_context
 from gateway.protocols.kafka import dispatch as modern
@@ -186,6 +186,11 @@ class Session:
         await self._wait_produces(0)  # earlier produces answer first
         if request.api_key == ApiKey.FETCH:
             await io.flush()
+            with holding():  # the answer's share of the pool, given back once it is sent
+                return await self._answer(request, io)
+        return await self._answer(request, io)
+
+    async def _answer(self, request: Request, io: Connection) -> bool:
         try:
             response = await self.handle_request(request)
         except CloseConnection:
@@ -201,13 +206,24 @@ class Session:
         await self._wait_produces(0)
         if request.api_key in _WAITING_APIS:
             await io.flush()  # the answers before it go now, not after its wait
+        if request.api_key == ApiKey.FETCH:
+            with holding():  # the answer's share of the pool, given back once it is sent
+                if not await self._serve_modern(request, io):
+                    return False
+                await io.flush()
+                return not self.kctx.closing
+        if not await self._serve_modern(request, io):
+            return False
+        return not self.kctx.closing
+
+    async def _serve_modern(self, request: ModernRequest, io: Connection) -> bool:
         try:
             answer = await modern.serve(self.kctx, request.payload)
         except modern_context.CloseConnection:
             return False
         if answer is not None:
             io.answer(answer)
-        return not self.kctx.closing  # e.g. a failed SASL exchange: answer, then close
+        return True  # e.g. a failed SASL exchange: answer, then close
 
     async def settle(self, io: Connection) -> None:
         """Before the last flush: every pipelined produce answers first."""
@@ -438,10 +454,11 @@ class Session:
         wanted = self._wanted(body)
         if len(wanted) == 1:  # the common case: the core's long poll does all the waiting
             topic, p = wanted[0]
-            budget = AnswerBudget(self.max_answer_bytes)
+            budget = await AnswerBudget.take(p.max_bytes, self.max_answer_bytes)
             result, _ = await self._fetch_partition(
                 topic, p, body.max_wait_ms, body.min_bytes, budget
             )
+            budget.trim()
             budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
             results = [(topic, result)]
         else:
@@ -463,7 +480,9 @@ class Session:
             out = []
             total = 0
             error = False
-            budget = AnswerBudget(self.max_answer_bytes)
+            budget = await AnswerBudget.take(
+                sum(max(0, p.max_bytes) for _, p in wanted), self.max_answer_bytes
+            )
             for topic, p in wanted:
                 result, size = await self._fetch_partition(topic, p, 0, 1, budget)
                 out.append((topic, result))
@@ -471,12 +490,14 @@ class Session:
                     error = True
                 else:
                     total += size
+            budget.trim()
             return out, total, error, budget
 
         results, total, error, budget = await one_pass()
         if error or max_wait_ms <= 0 or total >= max(1, min_bytes) or not wanted:
             budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
             return results
+        budget.release()
         del results, budget  # nothing worth keeping while waiting
         with trio.move_on_after(max_wait_ms / 1000):
             async with trio.open_nursery() as nursery:
