@@ -25,6 +25,11 @@ floor outside the pool would let a thousand connections hold a thousand floors, 
 unbounded total this pool exists to prevent. Why not wait until the whole ask fits: a waiter
 holds no share while it waits, so nothing can deadlock, but a client asking 64 MiB would then
 starve behind smaller ones. A share is given back in one place per answer, so none can leak.
+
+A long poll does not sit on a large share: a read that may wait at the log end first reads at
+once with its whole share, and only when that found too little waits with
+:data:`WAIT_BYTES` (:meth:`AnswerBudget.take_for_wait`), so idle consumers cannot take the pool
+from answers that have data.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ COALESCE_BYTES = 256 * 1024  # small pieces are joined into writes of about this
 DEFAULT_MAX_ANSWER_MEMORY = 512 * 1024 * 1024
 FLOOR_BYTES = 64 * 1024  # below this much left, an answer waits (WAIT_S at most) for more
 WAIT_S = 1.0
+WAIT_BYTES = 64 * 1024
+"""What a fetch waiting at the log end (a long poll) holds of the pool at most: it reads at
+once with its whole share, and only when that found too little waits with this much."""
 
 
 class AnswerMemory:
@@ -159,7 +167,7 @@ class AnswerBudget:
         self.limit = max(0, limit)
         self.left = self.limit
         self.hit = False
-        self.key = key  # the config key named when the budget left data out
+        self.key = key  # the config key named when the budget left data out ("": none)
         self.held: Held | None = None
         self._taken = 0  # bytes of the pool this budget still holds
 
@@ -178,6 +186,15 @@ class AnswerBudget:
         budget = cls(got, MEMORY_LIMIT) if got < ask else cls(limit)
         budget.held = held
         budget._taken = got
+        return budget
+
+    @classmethod
+    async def take_for_wait(cls, wanted: int) -> AnswerBudget:
+        """The budget of a read that waits at the log end: WAIT_BYTES at most. What that cap
+        leaves out is no budget hit (the next read takes it), what the pool does is."""
+        budget = await cls.take(min(max(0, wanted), WAIT_BYTES), WAIT_BYTES)
+        if budget.key != MEMORY_LIMIT:
+            budget.key = ""
         return budget
 
     @property
@@ -211,7 +228,7 @@ class AnswerBudget:
 
     def report(self, protocol: str, log: Any, **fields: Any) -> None:
         """Count (and, rate-limited, log) a hit once per answer."""
-        if self.hit:
+        if self.hit and self.key:
             limit_hit(self.key, protocol, log, limit_bytes=self.limit, **fields)
 
 

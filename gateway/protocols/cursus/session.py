@@ -45,7 +45,7 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
-from gateway.protocols.answers import AnswerBudget, holding
+from gateway.protocols.answers import WAIT_BYTES, AnswerBudget, holding
 from gateway.protocols.base import ConnectionContext
 from gateway.protocols.cursus import CursusListenerConfig, codec
 from gateway.protocols.cursus.block import CURSUS_BLOCK
@@ -474,9 +474,26 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
         r = await self.core.execute(ListOffsets(topic, partition, OffsetSpec.LATEST))
         return f"requested={requested} earliest={r.log_start_offset} latest={r.high_watermark}"
 
-    async def _take(self) -> AnswerBudget:
-        """The answer's budget, from the process's answer pool (call inside ``holding``)."""
-        return await AnswerBudget.take(self.cfg.max_answer_bytes, self.cfg.max_answer_bytes)
+    async def _read_answer(
+        self, a: CommonArgs, offset: int, wait_ms: int
+    ) -> tuple[FetchResult | None, AnswerBudget]:
+        """Read for one answer within its share of the answer pool (call inside ``holding``);
+        no result when the pool had nothing left. A share larger than WAIT_BYTES is not held
+        while waiting at the log end: read at once, and with nothing there wait holding
+        WAIT_BYTES at most (idle consumers would take the pool from answers with data)."""
+        cap = self.cfg.max_answer_bytes
+        budget = await AnswerBudget.take(cap, cap)
+        if not budget.limit:
+            return None, budget
+        if wait_ms > 0 and budget.limit > WAIT_BYTES:
+            result = await self._read(a, offset, 0, budget)
+            if result.count:
+                return result, budget
+            budget.release()
+            budget = await AnswerBudget.take_for_wait(cap)
+            if not budget.limit:
+                return None, budget
+        return await self._read(a, offset, wait_ms, budget), budget
 
     async def _read(
         self, a: CommonArgs, offset: int, wait_ms: int, budget: AnswerBudget
@@ -520,17 +537,16 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
         if generation != desc.generation or a.partition not in assigned:
             return empty
         assert a.offset is not None
-        budget = await self._take()
-        if not budget.limit:  # the answer pool is empty: nothing now, the client asks again
-            limit_hit(budget.key, PROTOCOL, self.log, topic=a.topic, partition=a.partition)
-            return empty
         try:
-            result = await self._read(a, a.offset, a.wait_ms, budget)
+            result, budget = await self._read_answer(a, a.offset, a.wait_ms)
         except GatewayError as exc:
             if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
                 rng = await self._out_of_range(a.topic, a.partition, a.offset)
                 return f"ERROR: OFFSET_OUT_OF_RANGE {rng}"
             raise
+        if result is None:  # the answer pool is empty: nothing now, the client asks again
+            limit_hit(budget.key, PROTOCOL, self.log, topic=a.topic, partition=a.partition)
+            return empty
         reply = self._reply_frame(a.topic, a.partition, result, budget)
         if reply.count:
             labelled(RECORDS_OUT, PROTOCOL).inc(reply.count)
@@ -542,7 +558,7 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
         """The reply batch, cut at the budget (``max_answer_bytes``, or less when the answer
         pool is short; the rest is read by the next request)."""
         reply = build_reply_frame(topic, partition, result.batches, max(1, budget.limit))
-        if reply.capped:
+        if reply.capped and budget.key:
             limit_hit(budget.key, PROTOCOL, self.log, topic=topic, partition=partition,
                       limit_bytes=budget.limit)  # fmt: skip
         budget.spend(len(reply.frame))
@@ -633,9 +649,8 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
         while True:
             wait_ms = int(max(0.0, min(next_keepalive, next_commit) - trio.current_time()) * 1000)
             with holding():  # each push's share of the answer pool, given back once sent
-                budget = await self._take()
                 try:
-                    result = await self._read(a, spec.offset, wait_ms, budget)
+                    result, budget = await self._read_answer(a, spec.offset, wait_ms)
                 except GatewayError as exc:
                     if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
                         rng = await self._out_of_range(spec.topic, spec.partition, spec.offset)
@@ -646,7 +661,7 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
                     await stream.send_all(codec.frame(_control("CLOSE", "error", spec.offset)))
                     return "error"
                 reply = None
-                if result.count and budget.limit:
+                if result is not None and result.count:
                     reply = self._reply_frame(spec.topic, spec.partition, result, budget)
                 if reply is not None and reply.count:
                     await stream.send_all(reply.frame)

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode as K
 
 from gateway.model import Fetch, GatewayError, now_us
 from gateway.observability import RECORDS_OUT, labelled
-from gateway.protocols.answers import MEMORY_LIMIT, AnswerBudget
+from gateway.protocols.answers import MEMORY_LIMIT, WAIT_BYTES, AnswerBudget
 from gateway.protocols.kafka.batches import fetch_records
 from gateway.protocols.kafka.codec import NO_THROTTLE, build, nested, response_class
 from gateway.protocols.kafka.context import PROTOCOL, KafkaContext, RequestHeader
@@ -100,8 +100,12 @@ async def handle(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
     wait_ms = int(request.max_wait.total_seconds() * 1000)
     min_bytes = max(1, request.min_bytes)
 
-    async def one_pass(wait: int) -> tuple[int, bool, AnswerBudget]:
-        budget = await AnswerBudget.take(sum(max(0, p.max_bytes) for p in parts), limit)
+    async def one_pass(wait: int, waiting: bool = False) -> tuple[int, bool, AnswerBudget]:
+        wanted = sum(max(0, p.max_bytes) for p in parts)
+        if waiting:
+            budget = await AnswerBudget.take_for_wait(wanted)
+        else:
+            budget = await AnswerBudget.take(wanted, limit)
         total, error = 0, False
         for part in parts:
             size = await _read(ctx, part, wait, min_bytes, budget)
@@ -110,8 +114,16 @@ async def handle(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
         budget.trim()
         return total, error, budget
 
-    if len(parts) == 1:
+    if len(parts) == 1 and (wait_ms <= 0 or min(limit, parts[0].max_bytes) <= WAIT_BYTES):
         _, _, budget = await one_pass(wait_ms)
+    elif len(parts) == 1:
+        # a share of the answer pool larger than WAIT_BYTES is not held while waiting at the
+        # log end: read at once, and with less than min_bytes there wait holding WAIT_BYTES
+        total, error, budget = await one_pass(0)
+        if not error and total < min_bytes:
+            budget.release()
+            parts[0].data = []
+            _, _, budget = await one_pass(wait_ms, waiting=True)
     else:
         total, error, budget = await one_pass(0)
         if not error and wait_ms > 0 and total < min_bytes and parts:
@@ -120,7 +132,7 @@ async def handle(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
                 part.data = []
             await _wait_any(ctx, parts, wait_ms)
             _, _, budget = await one_pass(0)
-    if budget.hit and (budget.key == MEMORY_LIMIT or limit == ctx.listener.max_answer_bytes):
+    if budget.key == MEMORY_LIMIT or limit == ctx.listener.max_answer_bytes:
         budget.report(PROTOCOL, ctx.log, peer=ctx.peer)
     return _answer(cls, parts, by_id)
 

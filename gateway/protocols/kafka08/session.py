@@ -49,7 +49,7 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
-from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget, holding
+from gateway.protocols.answers import COALESCE_BYTES, WAIT_BYTES, AnswerBudget, holding
 from gateway.protocols.driver import Connection, drive
 from gateway.protocols.kafka import context as modern_context
 from gateway.protocols.kafka import dispatch as modern
@@ -454,13 +454,7 @@ class Session:
         wanted = self._wanted(body)
         if len(wanted) == 1:  # the common case: the core's long poll does all the waiting
             topic, p = wanted[0]
-            budget = await AnswerBudget.take(p.max_bytes, self.max_answer_bytes)
-            result, _ = await self._fetch_partition(
-                topic, p, body.max_wait_ms, body.min_bytes, budget
-            )
-            budget.trim()
-            budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
-            results = [(topic, result)]
+            results = [(topic, await self._fetch_one(topic, p, body.max_wait_ms, body.min_bytes))]
         else:
             results = await self._fetch_many(wanted, body.max_wait_ms, body.min_bytes)
         topics: dict[str, list[Any]] = {}
@@ -470,6 +464,26 @@ class Session:
         if request.api_version >= 1:
             return c.FETCH_RESPONSE_V1(0, answer)
         return c.FETCH_RESPONSE(answer)
+
+    async def _fetch_one(self, topic: str, p: Any, max_wait_ms: int, min_bytes: int) -> Any:
+        """One partition. A share of the answer pool larger than WAIT_BYTES is not held while
+        waiting at the log end (idle long polls would take the pool from answers with data):
+        read at once, and with less than ``min_bytes`` there, wait holding WAIT_BYTES at most."""
+        budget = await AnswerBudget.take(p.max_bytes, self.max_answer_bytes)
+        if max_wait_ms > 0 and budget.limit > WAIT_BYTES:
+            result, size = await self._fetch_partition(topic, p, 0, 1, budget)
+            if size >= max(1, min_bytes) or size < 0:
+                budget.trim()
+                budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
+                return result
+            budget.release()
+            budget = await AnswerBudget.take_for_wait(p.max_bytes)
+            result, _ = await self._fetch_partition(topic, p, max_wait_ms, min_bytes, budget)
+        else:
+            result, _ = await self._fetch_partition(topic, p, max_wait_ms, min_bytes, budget)
+        budget.trim()
+        budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
+        return result
 
     async def _fetch_many(
         self, wanted: list[tuple[str, Any]], max_wait_ms: int, min_bytes: int
