@@ -214,7 +214,7 @@ class Session:
                 return not self.kctx.closing
         if not await self._serve_modern(request, io):
             return False
-        return not self.kctx.closing
+        return not self.kctx.closing  # e.g. a failed SASL exchange: answer, then close
 
     async def _serve_modern(self, request: ModernRequest, io: Connection) -> bool:
         try:
@@ -223,7 +223,7 @@ class Session:
             return False
         if answer is not None:
             io.answer(answer)
-        return True  # e.g. a failed SASL exchange: answer, then close
+        return True
 
     async def settle(self, io: Connection) -> None:
         """Before the last flush: every pipelined produce answers first."""
