@@ -117,6 +117,6 @@ def test_answer_memory_and_send_timeout_are_checked_with_key_value_and_expectati
         )
     text = "\n".join(info.value.problems)
     assert "server.max_answer_memory: got 4096, expected bytes >= 1048576 (1 MiB)" in text
-    assert "listeners.tank.send_timeout_s: got 0, expected > 0 seconds" in text
+    assert "listeners.tank.send_timeout_s: got 0.0, expected > 0 seconds" in text
     config = parse_config({"backends": {"m": {"type": "memory"}}})
     assert config.server.max_answer_memory == 512 * 1024 * 1024

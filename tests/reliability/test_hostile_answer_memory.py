@@ -39,8 +39,8 @@ ATTACKERS = 12  # unbounded, they would hold 12 x 16 MiB, as read and as encoded
 # the pool's answers, each as read and as encoded, plus slack for the interpreter
 RSS_BOUND = 2 * POOL + 32 * MiB
 VALUE = 1024
-PER_REQUEST = 8 * 1024  # records per produce request (about 8.5 MB)
-REQUESTS = 3  # about 25 MB stored: more than one answer
+PER_REQUEST = 4 * 1024  # records per produce request (about 4 MB)
+REQUESTS = 6  # about 25 MB stored: more than one answer
 TOPIC = "big"
 DEADLINE_S = 30.0
 
