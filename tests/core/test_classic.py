@@ -99,6 +99,9 @@ async def test_a_second_member_starts_a_round_both_join_the_leader_assigns() -> 
         assert "b" not in synced  # a follower waits for the leader's assignment
         commit = CommitOffset("g", "t", 0, 6, "", 2, b)
         await fails(core, commit, ErrorCode.REBALANCE_IN_PROGRESS)  # until it has come
+        # Kafka's order: a wrong generation is ILLEGAL_GENERATION even now
+        old = CommitOffset("g", "t", 0, 6, "", 1, b)
+        await fails(core, old, ErrorCode.ILLEGAL_GENERATION)
         await fails(core, SyncGroup("g", a, 1), ErrorCode.ILLEGAL_GENERATION)
         plan = ((a, b"half-a", (("t", 0),)), (b, b"half-b", (("t", 1),)))
         synced["a"] = await core.execute(SyncGroup("g", a, 2, plan))
