@@ -127,6 +127,19 @@ async def test_an_unchanged_follower_rejoining_gets_the_current_generation() -> 
     assert rejoin.generation == 3  # no new round: metadata unchanged, not the leader
 
 
+async def test_a_simple_commit_is_for_groups_without_members() -> None:
+    """check_simple_commit (the Kafka listener's, for commits without a member id and
+    generation): UNKNOWN_MEMBER while the group has members, fine once it has none."""
+    core = make_core()
+    core.classic.check_simple_commit("g")  # a group nobody used
+    a = (await core.execute(join_cmd())).member_id
+    with pytest.raises(GatewayError) as info:
+        core.classic.check_simple_commit("g")
+    assert info.value.code is ErrorCode.UNKNOWN_MEMBER and "1 members" in info.value.message
+    await core.execute(LeaveGroup("g", a))
+    core.classic.check_simple_commit("g")  # empty again
+
+
 async def test_leave_starts_a_round_for_the_others_and_the_last_leave_empties() -> None:
     core = make_core()
     a = (await core.execute(join_cmd())).member_id

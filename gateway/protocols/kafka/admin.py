@@ -120,6 +120,7 @@ def check_kept_whole(ctx: KafkaContext, topic: str, config: tuple[tuple[str, str
     for kafka_name, key in TOPIC_KEYS.items():
         if key not in ("retention_ms", "retention_bytes"):
             continue
+        value: str | int | None
         if key in own:
             value, where = own[key], f"the topic's {kafka_name}"
         else:
