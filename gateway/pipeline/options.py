@@ -2,7 +2,8 @@
 
 Reader options (batch and streaming):
 
-- ``bootstrap`` (required): the gateway's admin endpoint, ``host:port``.
+- ``bootstrap`` (required): the gateway's admin endpoint, ``host:port`` (``https://host:port``
+  when it speaks TLS: ``gateway/admin_tls.py`` reads the ``GATEWAY_ADMIN_TLS_*`` variables).
 - ``topic`` (required).
 - ``startingOffsets``: ``earliest`` (batch default), ``latest`` (streaming default), or JSON
   ``{"0": 42, "1": -2}`` per partition (-2 earliest, -1 latest; partitions left out: the default).
