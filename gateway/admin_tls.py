@@ -23,6 +23,7 @@ naming the endpoint, what is wrong and what to set. Nothing here imports the res
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import http.client
 import os
@@ -137,14 +138,10 @@ def from_config(
     }
     if "ca_files" in overrides:  # added to the config's certificate, which stays trusted
         overrides["ca_files"] = (admin.tls_cert, *overrides["ca_files"])
-    tls = _check(ClientTLS(**{**_fields(tls), **overrides}), names)
+    tls = _check(dataclasses.replace(tls, **overrides), names)
     if not tls.server_name:
-        tls = ClientTLS(**{**_fields(tls), "server_name": name_to_check(admin, connect_host)})
+        tls = dataclasses.replace(tls, server_name=name_to_check(admin, connect_host))
     return tls
-
-
-def _fields(tls: ClientTLS) -> dict[str, Any]:
-    return {k: getattr(tls, k) for k in ClientTLS.__slots__}
 
 
 def certificate_names(path: str) -> list[str]:
@@ -259,6 +256,16 @@ def speaks_tls(host: str, port: int, timeout: float = 2.0) -> bool:
 def plain_to_tls(host: str, port: int, fix: str) -> AdminTLSError:
     """A plain HTTP client reached a port that speaks TLS."""
     return AdminTLSError(f"the admin endpoint at {host}:{port} speaks TLS (HTTPS): {fix}")
+
+
+def dropped(exc: BaseException, host: str, port: int) -> AdminTLSError:
+    """The admin endpoint closed a verified TLS connection without an answer: in TLS 1.3 that
+    is how a gateway refuses a client certificate (after the handshake, from the client's
+    side)."""
+    return AdminTLSError(
+        f"the admin endpoint at {host}:{port} closed the TLS connection without an answer "
+        f"({exc or type(exc).__name__}): if it asks for a client certificate, {CERT_HINT}"
+    )
 
 
 def describe(exc: ssl.SSLError, host: str, port: int, tls: ClientTLS) -> AdminTLSError:

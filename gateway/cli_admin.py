@@ -14,11 +14,11 @@ import trio
 
 from gateway.admin_tls import (
     CERT_HINT,
-    AdminTLSError,
     ClientTLS,
     connect,
     connection,
     describe,
+    dropped,
     plain_to_tls,
     speaks_tls,
 )
@@ -46,33 +46,44 @@ class AdminClient:
         self.token = token  # the data API's bearer token (gateway/admin_auth.py client_token)
         self.tls = tls  # gateway/admin_tls.py; None: plain HTTP
 
-    def _exchange(
-        self, method: str, path: str, timeout: float, body: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, bytes]:
-        """(status, body) of one request on a new connection. TLS failures become one
-        :class:`AdminTLSError`; so does a plain request that reached a TLS port."""
+    def _open(self, timeout: float) -> http.client.HTTPConnection:
+        """A connection, TCP and (with ``tls``) the TLS handshake done."""
         conn = connection(self.host, self.port, self.tls, timeout)
         try:
             connect(conn, self.host, self.port, self.tls)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _exchange(
+        self, conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        """(status, body) of one request. TLS failures become one :class:`AdminTLSError`; so
+        does a plain request that reached a TLS port."""
+        headers = {"content-type": "application/json"} if body is not None else {}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        try:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
             return resp.status, resp.read()
         except ssl.SSLError as exc:
             raise describe(exc, self.host, self.port, self.tls or ClientTLS()) from None
         except (http.client.HTTPException, ConnectionError) as exc:
-            if self.tls is None and not isinstance(exc, ConnectionRefusedError):
-                if speaks_tls(self.host, self.port):
-                    raise plain_to_tls(self.host, self.port, PLAIN_TO_TLS_FIX) from None
+            if self.tls is not None:
+                raise dropped(exc, self.host, self.port) from None
+            if speaks_tls(self.host, self.port):
+                raise plain_to_tls(self.host, self.port, PLAIN_TO_TLS_FIX) from None
             raise
-        finally:
-            conn.close()
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         payload = None if body is None else json.dumps(body).encode()
-        headers = {"content-type": "application/json"} if payload is not None else {}
-        if self.token:
-            headers["authorization"] = f"Bearer {self.token}"
-        status, data = self._exchange(method, path, self.timeout, payload, headers)
+        conn = self._open(self.timeout)
+        try:
+            status, data = self._exchange(conn, method, path, payload)
+        finally:
+            conn.close()
         obj = json.loads(data) if data else None
         if status >= 400:
             message = obj.get("error") if isinstance(obj, dict) else data.decode(errors="replace")
@@ -86,11 +97,15 @@ class AdminClient:
         may then open the backends itself). Raises :class:`AdminTLSError` when something
         answers but TLS stands between: never a reason to open the backends here."""
         try:
-            return self._exchange("GET", "/healthz", 1.0, None, {})[0] == 200
-        except AdminTLSError:
-            raise
+            conn = self._open(1.0)
         except (OSError, http.client.HTTPException):
-            return False
+            return False  # nothing listens (AdminTLSError is neither: it goes up)
+        try:
+            return self._exchange(conn, "GET", "/healthz")[0] == 200
+        except (OSError, http.client.HTTPException):
+            return False  # a plain HTTP peer that is not a gateway
+        finally:
+            conn.close()
 
     def data_client(self) -> Any:
         """A keep-alive client of the records API (binary batches) at the same endpoint, with

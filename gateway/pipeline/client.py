@@ -36,6 +36,7 @@ from gateway.admin_tls import (
     connect,
     connection,
     describe,
+    dropped,
     from_env,
     plain_to_tls,
     speaks_tls,
@@ -180,8 +181,8 @@ class GatewayClient:
                 if fresh:
                     self._not_plain_to_tls()
                 if attempt:
-                    if isinstance(exc, ssl.SSLError):
-                        raise describe(exc, self.host, self.port, self.tls or ClientTLS()) from None
+                    if self.tls is not None:
+                        raise dropped(exc, self.host, self.port) from None
                     raise
             except ssl.SSLError as exc:  # e.g. the gateway refused the client certificate
                 self.close()
