@@ -209,11 +209,12 @@ class _HTTPSConnection(http.client.HTTPSConnection):
         self, host: str, port: int, context: ssl.SSLContext, server_name: str, timeout: float
     ) -> None:
         super().__init__(host, port, timeout=timeout, context=context)
+        self._tls_context = context
         self._server_name = server_name or host
 
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)
-        self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name)
+        self.sock = self._tls_context.wrap_socket(self.sock, server_hostname=self._server_name)
 
 
 def connection(

@@ -90,10 +90,7 @@ def parse_endpoint(bootstrap: str) -> tuple[bool, str, int]:
     text = text.rstrip("/")
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
-        raise ValueError(
-            f"bootstrap must be host:port or https://host:port (the admin endpoint), "
-            f"got {bootstrap!r}"
-        )
+        raise ValueError(f"bootstrap must be host:port (the admin endpoint), got {bootstrap!r}")
     return https, host.strip("[]") or "127.0.0.1", int(port)
 
 
