@@ -131,10 +131,13 @@ def from_config(
         server_name=admin.tls_server_name,
     )
     overrides = _env_overrides(env)
+    pair_from_env = "cert_file" in overrides or "key_file" in overrides
+    if pair_from_env:  # the variables replace the keys' certificate and key as a pair
+        overrides = {"cert_file": "", "key_file": "", **overrides}
     names = {
         "ca_files": ENV_CA if "ca_files" in overrides else "admin.cli_tls_ca",
-        "cert_file": ENV_CERT if "cert_file" in overrides else "admin.cli_tls_cert",
-        "key_file": ENV_KEY if "key_file" in overrides else "admin.cli_tls_key",
+        "cert_file": ENV_CERT if pair_from_env else "admin.cli_tls_cert",
+        "key_file": ENV_KEY if pair_from_env else "admin.cli_tls_key",
     }
     if "ca_files" in overrides:  # added to the config's certificate, which stays trusted
         overrides["ca_files"] = (admin.tls_cert, *overrides["ca_files"])
