@@ -174,7 +174,7 @@ def name_to_check(admin: Any, connect_host: str) -> str:
     if not names or connect_host in names:
         return connect_host
     first = names[0]
-    return "gateway" + first[1:] if first.startswith("*.") else first
+    return "admin" + first[1:] if first.startswith("*.") else first
 
 
 @functools.lru_cache(maxsize=16)

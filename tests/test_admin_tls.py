@@ -350,7 +350,7 @@ def test_the_name_checked(tmp_path) -> None:
 
     assert name(both, "127.0.0.1") == "127.0.0.1"
     assert name(only, "127.0.0.1") == NAME
-    assert name(star, "127.0.0.1") == "gateway.example.test"
+    assert name(star, "127.0.0.1") == "admin.example.test"
     assert name(only, "127.0.0.1", tls_server_name="lb.example.test") == "lb.example.test"
     assert from_config(parse_config({}).admin, "127.0.0.1", environ={}) is None
 
