@@ -141,6 +141,8 @@ def test_topics_produce_consume_over_tls_from_the_same_config(self_signed_gw, tm
     assert res.stdout.splitlines() == ["one", "two", "three"]
     res = cli("topics", "list")
     assert res.returncode == 0 and "orders\t1" in res.stdout, res.stderr
+    res = cli("groups", "list", "--json")
+    assert res.returncode == 0 and res.stdout.strip() == "[]", res.stderr
     assert not cli.direct_dir.exists()  # all of it through the running gateway
 
 
@@ -306,6 +308,23 @@ def test_pipeline_client_reads_and_writes_over_https(mtls_gw, pki, monkeypatch) 
     with GatewayClient(f"https://{address}") as client:
         with pytest.raises(AdminTLSError, match="does not verify"):
             client.healthy()
+
+
+def test_pipeline_command_refuses_an_unverified_gateway_before_spark(mtls_gw, tmp_path) -> None:
+    address = f"https://127.0.0.1:{mtls_gw.address('admin')[1]}"
+    res = subprocess.run(
+        [sys.executable, "-m", "gateway", "pipeline", "export", "t", str(tmp_path / "out")]
+        + ["--bootstrap", address],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()], res.stderr
+    assert "does not verify" in res.stderr and "GATEWAY_ADMIN_TLS_CA" in res.stderr
+    assert "Spark" not in res.stderr and not (tmp_path / "out").exists()
 
 
 def test_pipeline_command_passes_the_tls_settings_to_its_workers(pki, monkeypatch, tmp_path):
