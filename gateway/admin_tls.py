@@ -39,7 +39,10 @@ ENV_KEY = "GATEWAY_ADMIN_TLS_KEY"
 ENV_SERVER_NAME = "GATEWAY_ADMIN_TLS_SERVER_NAME"
 ENV_VARS = (ENV_CA, ENV_CERT, ENV_KEY, ENV_SERVER_NAME)
 
-TRUST_HINT = f"set [admin] cli_tls_ca (or {ENV_CA}) to the CA file that signed it"
+TRUST_HINT = (
+    f"set [admin] cli_tls_ca (or {ENV_CA}) to the CA file that signed it (for a self-signed "
+    "certificate, the certificate itself)"
+)
 CERT_HINT = (
     f"set [admin] cli_tls_cert and cli_tls_key (or {ENV_CERT} and {ENV_KEY}) to a certificate "
     "signed by the gateway's [admin] tls_client_ca"

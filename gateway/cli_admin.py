@@ -27,7 +27,7 @@ from gateway.config import GatewayConfig
 
 PLAIN_TO_TLS_FIX = (
     "this config's [admin] has no tls_cert; run the command with the gateway's own config "
-    "(--config FILE), or set [admin] tls_cert to the gateway's certificate"
+    "(--config FILE), or set [admin] tls_cert and tls_key as the gateway has them"
 )
 
 
