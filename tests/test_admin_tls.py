@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from gateway.admin_tls import ENV_VARS, AdminTLSError, ClientTLS, from_config, from_env
+from gateway.cli_checks import admin_client_tls_problem
 from gateway.config import ConfigError, parse_config
 from gateway.model import Record
 from gateway.pipeline.client import GatewayClient
@@ -387,6 +388,12 @@ def test_settings_errors_name_the_key_or_variable(tmp_path) -> None:
         with pytest.raises(ConfigError) as err:
             parse_config({"admin": admin})
         assert key in str(err.value) and expected in str(err.value), str(err.value)
+    # check-config loads them: a client certificate with the key of another one
+    other = self_signed(tmp_path, "other", [NAME])
+    admin = {**tls_on, "cli_tls_cert": pair["cert"], "cli_tls_key": other["key"]}
+    problem = admin_client_tls_problem(parse_config({"admin": admin}))
+    assert problem is not None and "does not load" in problem and pair["cert"] in problem
+    assert admin_client_tls_problem(parse_config({"admin": tls_on})) is None
     missing = str(tmp_path / "missing.pem")
     with pytest.raises(AdminTLSError, match=f"GATEWAY_ADMIN_TLS_CA: got '{missing}'"):
         from_env({"GATEWAY_ADMIN_TLS_CA": missing})
