@@ -68,6 +68,8 @@ class AdminClient:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
             return resp.status, resp.read()
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:  # after the handshake
+            raise dropped(exc, self.host, self.port) from None
         except ssl.SSLError as exc:
             raise describe(exc, self.host, self.port, self.tls or ClientTLS()) from None
         except (http.client.HTTPException, ConnectionError) as exc:
