@@ -271,7 +271,7 @@ def dropped(exc: BaseException, host: str, port: int) -> AdminTLSError:
     side)."""
     return AdminTLSError(
         f"the admin endpoint at {host}:{port} closed the TLS connection without an answer "
-        f"({exc or type(exc).__name__}): if it asks for a client certificate, {CERT_HINT}"
+        f"({str(exc) or type(exc).__name__}): if it asks for a client certificate, {CERT_HINT}"
     )
 
 
