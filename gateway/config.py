@@ -141,6 +141,9 @@ class ServerConfig:
         return problems
 
 
+CLI_TLS_FILES = ("cli_tls_ca", "cli_tls_cert", "cli_tls_key")  # [admin] files of its clients
+
+
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
     """The admin endpoint. Health, readiness and metrics are always open; the data and control
@@ -155,6 +158,11 @@ class AdminConfig:
     tls_cert: str = ""  # PEM certificate chain; with tls_key, the admin port speaks TLS only
     tls_key: str = ""
     tls_client_ca: str = ""  # PEM CA bundle: a client certificate it signed opens the data API
+    # how the CLI and the pipeline reach a TLS admin port (gateway/admin_tls.py)
+    tls_server_name: str = ""  # the name they check in its certificate ("" = see admin_tls)
+    cli_tls_ca: str = ""  # a PEM CA file they trust besides the system's and tls_cert
+    cli_tls_cert: str = ""  # a client certificate they present (for tls_client_ca)
+    cli_tls_key: str = ""
     read_allow: tuple[str, ...] = ("*",)  # topic globs the data API may read (deny wins)
     read_deny: tuple[str, ...] = ()
     write_allow: tuple[str, ...] = ("*",)  # topic globs the data API may write or create
@@ -177,10 +185,26 @@ class AdminConfig:
                 f"admin.tls_client_ca: got {self.tls_client_ca!r} without tls_cert, "
                 "expected TLS on (tls_cert and tls_key)"
             )
-        for key in ("tls_cert", "tls_key", "tls_client_ca"):
+        for key in ("tls_server_name", *CLI_TLS_FILES):
+            if getattr(self, key) and not self.tls_cert:
+                problems.append(
+                    f"admin.{key}: got {getattr(self, key)!r} without tls_cert, "
+                    "expected TLS on (tls_cert and tls_key)"
+                )
+        if bool(self.cli_tls_cert) != bool(self.cli_tls_key):
+            problems.append(
+                f"admin.cli_tls_cert/cli_tls_key: got cert={self.cli_tls_cert!r} "
+                f"key={self.cli_tls_key!r}, expected both or neither"
+            )
+        for key in ("tls_cert", "tls_key", "tls_client_ca", *CLI_TLS_FILES):
             path = getattr(self, key)
             if path and not os.path.isfile(path):
                 problems.append(f"admin.{key}: got {path!r}, expected a readable file")
+        name = self.tls_server_name
+        if name and not all(c.isalnum() or c in ".-:" for c in name):
+            problems.append(
+                f"admin.tls_server_name: got {name!r}, expected a host name or an IP address"
+            )
         if self.token_file:
             from gateway.admin_auth import TokenError, read_token
 
