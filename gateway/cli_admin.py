@@ -6,72 +6,128 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
+from gateway.admin_tls import (
+    CERT_HINT,
+    ClientTLS,
+    connect,
+    connection,
+    describe,
+    dropped,
+    plain_to_tls,
+    speaks_tls,
+)
 from gateway.cli_errors import CliError
 from gateway.config import GatewayConfig
 
+PLAIN_TO_TLS_FIX = (
+    "this config's [admin] has no tls_cert; run the command with the gateway's own config "
+    "(--config FILE), or set [admin] tls_cert and tls_key as the gateway has them"
+)
+
 
 class AdminClient:
-    """Talks to a running gateway's admin endpoint."""
+    """Talks to a running gateway's admin endpoint (HTTPS with ``tls``)."""
 
     def __init__(
-        self, host: str, port: int, timeout: float = 30.0, token: str | None = None
+        self,
+        host: str,
+        port: int,
+        timeout: float = 30.0,
+        token: str | None = None,
+        tls: ClientTLS | None = None,
     ) -> None:
         self.host, self.port, self.timeout = host, port, timeout
         self.token = token  # the data API's bearer token (gateway/admin_auth.py client_token)
+        self.tls = tls  # gateway/admin_tls.py; None: plain HTTP
+
+    def _open(self, timeout: float) -> http.client.HTTPConnection:
+        """A connection, TCP and (with ``tls``) the TLS handshake done."""
+        conn = connection(self.host, self.port, self.tls, timeout)
+        try:
+            connect(conn, self.host, self.port, self.tls)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _exchange(
+        self, conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        """(status, body) of one request. TLS failures become one :class:`AdminTLSError`; so
+        does a plain request that reached a TLS port."""
+        headers = {"content-type": "application/json"} if body is not None else {}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:  # after the handshake
+            raise dropped(exc, self.host, self.port) from None
+        except ssl.SSLError as exc:
+            raise describe(exc, self.host, self.port, self.tls or ClientTLS()) from None
+        except (http.client.HTTPException, ConnectionError) as exc:
+            if self.tls is not None:
+                raise dropped(exc, self.host, self.port) from None
+            if speaks_tls(self.host, self.port):
+                raise plain_to_tls(self.host, self.port, PLAIN_TO_TLS_FIX) from None
+            raise
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        payload = None if body is None else json.dumps(body).encode()
+        conn = self._open(self.timeout)
         try:
-            payload = None if body is None else json.dumps(body).encode()
-            headers = {"content-type": "application/json"} if payload is not None else {}
-            if self.token:
-                headers["authorization"] = f"Bearer {self.token}"
-            conn.request(method, path, body=payload, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
+            status, data = self._exchange(conn, method, path, payload)
         finally:
             conn.close()
         obj = json.loads(data) if data else None
-        if resp.status >= 400:
+        if status >= 400:
             message = obj.get("error") if isinstance(obj, dict) else data.decode(errors="replace")
-            raise CliError(
-                f"the gateway at {self.host}:{self.port} answered {resp.status}: {message}"
-            )
+            if status == 401 and self.tls is not None and "client certificate" in str(message):
+                message = f"{message} ({CERT_HINT})"
+            raise CliError(f"the gateway at {self.host}:{self.port} answered {status}: {message}")
         return obj
 
     def alive(self) -> bool:
+        """True when a gateway answers on the admin port; False when none does (the caller
+        may then open the backends itself). Raises :class:`AdminTLSError` when something
+        answers but TLS stands between: never a reason to open the backends here."""
         try:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
-            conn.request("GET", "/healthz")
-            ok = conn.getresponse().status == 200
+            conn = self._open(1.0)
+        except (OSError, http.client.HTTPException):
+            return False  # nothing listens (AdminTLSError is neither: it goes up)
+        try:
+            return self._exchange(conn, "GET", "/healthz")[0] == 200
+        except (OSError, http.client.HTTPException):
+            return False  # a plain HTTP peer that is not a gateway
+        finally:
             conn.close()
-            return ok
-        except OSError:
-            return False
 
     def data_client(self) -> Any:
         """A keep-alive client of the records API (binary batches) at the same endpoint, with
-        the same credential."""
+        the same credential and TLS settings."""
         from gateway.pipeline.client import GatewayClient
 
-        client = GatewayClient(f"{self.host}:{self.port}", timeout=self.timeout)
-        token = getattr(self, "token", None)
-        if token:
-            client.token = token
-        return client
+        return GatewayClient(
+            f"{self.host}:{self.port}", timeout=self.timeout, token=self.token, tls=self.tls
+        )
 
 
 def admin_client(host: str, port: int, config: GatewayConfig | None = None) -> AdminClient:
     """The client of the admin endpoint at ``host:port`` that every command uses (the one
-    place that gives it the data API's credential from ``config``)."""
+    place that gives it the data API's credential and the TLS settings from ``config``)."""
     from gateway.admin_auth import client_token
+    from gateway.admin_tls import from_config
 
-    return AdminClient(host, port, token=client_token(config) if config is not None else None)
+    if config is None:
+        return AdminClient(host, port)
+    return AdminClient(host, port, token=client_token(config), tls=from_config(config.admin, host))
 
 
 def admin_host(config: GatewayConfig) -> str:

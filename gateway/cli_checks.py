@@ -87,4 +87,23 @@ def environment_problems(config: GatewayConfig) -> list[str]:
         problem = port_problem(key, host, port)
         if problem:
             problems.append(problem)
+    problem = admin_client_tls_problem(config)
+    if problem:
+        problems.append(problem)
     return problems
+
+
+def admin_client_tls_problem(config: GatewayConfig) -> str | None:
+    """Why the CLI could not speak TLS to the admin with this file's keys (the certificates it
+    trusts, its client certificate and key) (None: it could, or the admin is plain HTTP)."""
+    from gateway.admin_tls import AdminTLSError, client_context, from_config
+
+    if not config.admin.enabled or not config.admin.tls_cert:
+        return None
+    try:
+        tls = from_config(config.admin, config.admin.host, environ={})
+        if tls is not None:
+            client_context(tls)
+    except AdminTLSError as exc:
+        return f"admin (the CLI's TLS): {exc}"
+    return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 
+from gateway.admin_tls import AdminTLSError
 from gateway.config import ConfigError
 from gateway.model import ErrorCode, GatewayError
 
@@ -99,6 +100,8 @@ def _explain_one(exc: BaseException) -> Failure | None:  # noqa: PLR0911 - one b
         return Failure("", 0)  # the reader went away (`| head`): not an error
     if isinstance(exc, CliError):
         return Failure(str(exc), exc.code)
+    if isinstance(exc, AdminTLSError):
+        return Failure(str(exc), USAGE)  # a TLS setting to fix, on either side
     if isinstance(exc, ConfigError):
         return Failure(f"invalid configuration: {'; '.join(exc.problems)}", USAGE)
     if isinstance(exc, GatewayError):

@@ -78,6 +78,10 @@ class ServerConfig:
     """(Idempotent producer, partition) entries kept for de-duplicating retries (about 200 bytes
     each); beyond it the least recently used is forgotten."""
 
+    max_answer_memory: int = 512 * 1024 * 1024
+    """Record bytes all fetch/consume/poll answers of the process may hold together, being
+    built or waiting to be sent; an answer gets less (at worst none) when the pool is short."""
+
     def validate(self) -> list[str]:
         problems = []
         if self.max_producer_states < 1:
@@ -125,11 +129,19 @@ class ServerConfig:
                 f"server.max_topics_created_per_s: got {self.max_topics_created_per_s}, "
                 "expected 0 (unlimited) or a positive rate"
             )
+        if self.max_answer_memory < 1024 * 1024:
+            problems.append(
+                f"server.max_answer_memory: got {self.max_answer_memory!r}, "
+                "expected bytes >= 1048576 (1 MiB)"
+            )
         if not 1 <= self.default_partitions <= 100_000:
             problems.append(
                 f"server.default_partitions: got {self.default_partitions}, expected 1..100000"
             )
         return problems
+
+
+CLI_TLS_FILES = ("cli_tls_ca", "cli_tls_cert", "cli_tls_key")  # [admin] files of its clients
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +158,11 @@ class AdminConfig:
     tls_cert: str = ""  # PEM certificate chain; with tls_key, the admin port speaks TLS only
     tls_key: str = ""
     tls_client_ca: str = ""  # PEM CA bundle: a client certificate it signed opens the data API
+    # how the CLI and the pipeline reach a TLS admin port (gateway/admin_tls.py)
+    tls_server_name: str = ""  # the name they check in its certificate ("" = see admin_tls)
+    cli_tls_ca: str = ""  # a PEM CA file they trust besides the system's and tls_cert
+    cli_tls_cert: str = ""  # a client certificate they present (for tls_client_ca)
+    cli_tls_key: str = ""
     read_allow: tuple[str, ...] = ("*",)  # topic globs the data API may read (deny wins)
     read_deny: tuple[str, ...] = ()
     write_allow: tuple[str, ...] = ("*",)  # topic globs the data API may write or create
@@ -168,10 +185,26 @@ class AdminConfig:
                 f"admin.tls_client_ca: got {self.tls_client_ca!r} without tls_cert, "
                 "expected TLS on (tls_cert and tls_key)"
             )
-        for key in ("tls_cert", "tls_key", "tls_client_ca"):
+        for key in ("tls_server_name", *CLI_TLS_FILES):
+            if getattr(self, key) and not self.tls_cert:
+                problems.append(
+                    f"admin.{key}: got {getattr(self, key)!r} without tls_cert, "
+                    "expected TLS on (tls_cert and tls_key)"
+                )
+        if bool(self.cli_tls_cert) != bool(self.cli_tls_key):
+            problems.append(
+                f"admin.cli_tls_cert/cli_tls_key: got cert={self.cli_tls_cert!r} "
+                f"key={self.cli_tls_key!r}, expected both or neither"
+            )
+        for key in ("tls_cert", "tls_key", "tls_client_ca", *CLI_TLS_FILES):
             path = getattr(self, key)
             if path and not os.path.isfile(path):
                 problems.append(f"admin.{key}: got {path!r}, expected a readable file")
+        name = self.tls_server_name
+        if name and not all(c.isalnum() or c in ".-:" for c in name):
+            problems.append(
+                f"admin.tls_server_name: got {name!r}, expected a host name or an IP address"
+            )
         if self.token_file:
             from gateway.admin_auth import TokenError, read_token
 

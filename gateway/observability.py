@@ -91,6 +91,12 @@ LIMIT_HITS = Counter(
     ["limit", "protocol"],
     registry=REGISTRY,
 )
+ANSWER_MEMORY = Gauge(
+    "gateway_answer_memory_bytes",
+    "Record bytes fetch/consume/poll answers hold, being built or waiting to be sent "
+    "(bounded by [server] max_answer_memory)",
+    registry=REGISTRY,
+)
 
 # --- process-wide gauges (docs/metrics.md); the scrape-time ones are set by gateway/metrics_view.py
 ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, process_resident_memory_bytes...

@@ -38,6 +38,7 @@ from gateway.observability import (
     limit_hit,
 )
 from gateway.protocols import get_protocol
+from gateway.protocols.answers import MEMORY as ANSWER_MEMORY
 from gateway.protocols.base import ConnectionContext, ListenerConfig
 from gateway.reuseport import open_reuseport_listeners
 from gateway.streams import (
@@ -132,6 +133,7 @@ class Server:
             raise SystemExit("; ".join(problems))
         self.backends = build_backends(config)
         self.core = build_core(config, self.backends)
+        ANSWER_MEMORY.configure(config.server.max_answer_memory)
         self.listeners: dict[str, ListenerState] = {
             name: ListenerState(name, lc, ssl_context=contexts[name], core=self.core)
             for name, lc in enabled.items()
@@ -212,7 +214,11 @@ class Server:
                 sweep_interval(
                     t
                     for state in self.listeners.values()
-                    for t in (state.config.idle_timeout_s, state.config.read_timeout_s)
+                    for t in (
+                        state.config.idle_timeout_s,
+                        state.config.read_timeout_s,
+                        state.config.send_timeout_s,
+                    )
                 )
             )
             now = trio.current_time()
@@ -481,6 +487,7 @@ class Server:
             inner,
             idle_timeout_s=cfg.idle_timeout_s,
             read_timeout_s=cfg.read_timeout_s,
+            send_timeout_s=cfg.send_timeout_s,
             swept=True,
         )
         conn_log = log.bind(protocol=name, peer=peer)
@@ -510,7 +517,9 @@ class Server:
             await get_protocol(name).handle_connection(guarded, ctx)
         except Exception as raised:  # a bug in one connection never takes the process down
             failure = sole_exception(raised)
-            if isinstance(failure, (trio.BrokenResourceError, trio.ClosedResourceError)):
+            if guarded.send_timed_out:
+                pass  # counted below, whatever a session made of the failed send
+            elif isinstance(failure, (trio.BrokenResourceError, trio.ClosedResourceError)):
                 reason = "peer_reset"
             elif isinstance(failure, ConnectionTimeout):
                 reason = f"{failure.kind}_timeout"
@@ -521,6 +530,9 @@ class Server:
                 reason = "error"
                 conn_log.exception("connection_failed", error=repr(failure))
         finally:
+            if guarded.send_timed_out:  # the client took no byte of an answer in time
+                reason = "send_timeout"
+                limit_hit("send_timeout_s", name, conn_log, send_timeout_s=cfg.send_timeout_s)
             state.connections.discard(ctx)
             state.streams.discard(guarded)
             CONNECTIONS_OPEN.labels(protocol=name).dec()

@@ -11,6 +11,13 @@
   the next one without answering (Kafka ``acks=0``) says so with
   :meth:`GuardedStream.request_done`.
 
+- **send timeout**: a write the client takes no byte of for ``send_timeout_s`` (it stopped
+  reading and the socket buffers are full) ends the connection: the write fails as if the peer
+  had gone, and :attr:`GuardedStream.send_timed_out` tells the owner why. A write that is
+  merely slow (the client reads, slowly) is not cut; on a connection that is not plain TCP
+  (TLS) the whole write must be taken within the time. Being quiet is not a blocked write: a
+  long-lived stream with nothing to send is never closed by it.
+
 It also replays bytes read ahead of the handler (after a PROXY protocol header).
 
 Over a plain TCP connection (a :class:`trio.SocketStream`) it reads and writes the socket itself
@@ -55,6 +62,7 @@ class FastSocketStream(trio.abc.Stream):
         self.raw = raw
         self._sending = False
         self._yield_owed = False  # a send completed without yielding since the last receive
+        self.stalled_since: float | None = None  # a send waits for the socket since then
 
     @staticmethod
     def wrap(inner: trio.abc.Stream) -> FastSocketStream | None:
@@ -113,11 +121,14 @@ class FastSocketStream(trio.abc.Stream):
                 while total < size:
                     try:
                         total += raw.send(view[total:] if total else view)
+                        self.stalled_since = None
                         continue
                     except BlockingIOError:
                         pass
                     except OSError as exc:
                         raise _stream_error(exc) from (None if exc.errno in _CLOSED_ERRNOS else exc)
+                    if self.stalled_since is None:
+                        self.stalled_since = trio.current_time()
                     try:
                         await trio.lowlevel.wait_writable(raw)
                     except trio.ClosedResourceError:
@@ -130,6 +141,7 @@ class FastSocketStream(trio.abc.Stream):
                     self._yield_owed = True
         finally:
             self._sending = False
+            self.stalled_since = None
 
     def try_send(self, data: bytes | bytearray | memoryview) -> int:
         """How many bytes of ``data`` the socket took now (never blocks, never yields; 0 while
@@ -177,12 +189,15 @@ class GuardedStream(trio.abc.Stream):
         prefix: bytes = b"",
         idle_timeout_s: float = 600.0,
         read_timeout_s: float = 60.0,
+        send_timeout_s: float = 60.0,
         swept: bool = False,
     ) -> None:
         self.inner = inner
         self._prefix = prefix
         self.idle_timeout_s = idle_timeout_s
         self.read_timeout_s = read_timeout_s
+        self.send_timeout_s = send_timeout_s
+        self.send_timed_out = False
         self._last_activity = trio.current_time()
         self._last_received = self._last_activity
         self._request_started = self._last_activity  # first byte of the request being read
@@ -275,11 +290,23 @@ class GuardedStream(trio.abc.Stream):
         ran out by ``now`` (the handler then sees ConnectionTimeout, as with a scoped wait).
         The wait is woken with trio's ``notify_closing`` on the socket (the one way to end
         another task's ``wait_readable`` without a cancel scope); a timed-out connection is
-        closed after it anyway."""
+        closed after it anyway. Likewise a send the client took no byte of for
+        ``send_timeout_s`` (``send_timed_out`` is then set)."""
         wait = self._swept_wait
         if wait is not None and now >= self._deadline(wait):
             self._woken_at = now
             self._wake_swept_wait()
+        fast = self._fast
+        if (
+            self._swept
+            and fast is not None
+            and fast.stalled_since is not None
+            and now - fast.stalled_since >= self.send_timeout_s
+            and not self.send_timed_out
+        ):
+            # the blocked send (and any wait for bytes) ends with ClosedResourceError
+            self.send_timed_out = True
+            trio.lowlevel.notify_closing(fast.raw)
 
     def _wake_swept_wait(self) -> None:
         assert self._fast is not None
@@ -348,10 +375,17 @@ class GuardedStream(trio.abc.Stream):
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         self._mid_request = False
-        if self._fast is not None:
-            await self._fast.send_all(data)
+        if self.send_timed_out:
+            raise trio.BrokenResourceError("send timeout: the client stopped reading")
+        if self._swept:
+            assert self._fast is not None
+            await self._fast.send_all(data)  # the owner's sweep ends a stalled one
         else:
-            await self.inner.send_all(data)
+            with trio.move_on_after(self.send_timeout_s) as scope:
+                await (self._fast or self.inner).send_all(data)
+            if scope.cancelled_caught:
+                self.send_timed_out = True
+                raise trio.BrokenResourceError("send timeout: the client stopped reading")
         self.bytes_out += len(data)
         self._last_activity = trio.current_time()
 

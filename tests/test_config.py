@@ -104,3 +104,19 @@ def test_listener_base_keys_are_validated_for_every_protocol() -> None:
         text = "\n".join(info.value.problems)
         assert f"listeners.{name}.proxy_protocol: got 'sometimes'" in text
         assert f"listeners.{name}.tls_cert/tls_key" in text
+
+
+def test_answer_memory_and_send_timeout_are_checked_with_key_value_and_expectation() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            {
+                "server": {"max_answer_memory": 4096},
+                "backends": {"m": {"type": "memory"}},
+                "listeners": {"tank": {"send_timeout_s": 0}},
+            }
+        )
+    text = "\n".join(info.value.problems)
+    assert "server.max_answer_memory: got 4096, expected bytes >= 1048576 (1 MiB)" in text
+    assert "listeners.tank.send_timeout_s: got 0.0, expected > 0 seconds" in text
+    config = parse_config({"backends": {"m": {"type": "memory"}}})
+    assert config.server.max_answer_memory == 512 * 1024 * 1024

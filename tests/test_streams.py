@@ -406,3 +406,62 @@ async def test_a_failed_accept_is_logged_and_the_next_connection_still_accepted(
     assert server.socket.getpeername() == client.socket.getsockname()
     for s in (client, server, listener):
         await s.aclose()
+
+
+async def _blocked_send(stream: GuardedStream, data: bytes, out: list[object]) -> None:
+    try:
+        with trio.fail_after(10):
+            await stream.send_all(data)
+        out.append("sent")
+    except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
+        out.append(exc)
+
+
+async def test_a_swept_send_the_client_does_not_take_ends_at_the_send_timeout() -> None:
+    client, guarded = await _swept_pair(idle_timeout_s=600.0, send_timeout_s=5.0)
+    outcome: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_blocked_send, guarded, b"x" * (32 << 20), outcome)
+        await trio.testing.wait_all_tasks_blocked()
+        guarded.expire_if_due(trio.current_time() + 4.0)  # blocked, but not that long yet
+        await trio.testing.wait_all_tasks_blocked()
+        assert outcome == [] and not guarded.send_timed_out
+        guarded.expire_if_due(trio.current_time() + 5.0)
+    assert guarded.send_timed_out
+    assert len(outcome) == 1 and isinstance(outcome[0], trio.ClosedResourceError)
+    with pytest.raises(trio.BrokenResourceError, match="send timeout"):
+        await guarded.send_all(b"more")  # the connection is over: no second wait
+    await client.aclose()
+    await guarded.aclose()
+
+
+async def test_a_slow_reader_and_a_quiet_stream_are_not_send_timeouts() -> None:
+    """Only a write the client takes nothing of counts: one it reads slowly goes on, and a
+    stream with nothing to send (an idle subscription) is never a send timeout."""
+    client, guarded = await _swept_pair(idle_timeout_s=600.0, send_timeout_s=5.0)
+    guarded.expire_if_due(trio.current_time() + 100.0)  # nothing being sent
+    assert not guarded.send_timed_out
+    size = 16 << 20
+    outcome: list[object] = []
+    got = 0
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_blocked_send, guarded, b"x" * size, outcome)
+        while got < size:
+            await trio.testing.wait_all_tasks_blocked()
+            # each time the socket took bytes the clock restarts: never 5 s without progress
+            guarded.expire_if_due(trio.current_time() + 4.0)
+            got += len(await client.receive_some(1 << 20))
+    assert outcome == ["sent"] and not guarded.send_timed_out
+    await client.aclose()
+    await guarded.aclose()
+
+
+async def test_a_send_over_a_stream_without_a_sweeper_has_its_own_deadline() -> None:
+    client, server = await stream_pair()
+    guarded = GuardedStream(server, send_timeout_s=0.3)  # not swept (as over TLS)
+    outcome: list[object] = []
+    await _blocked_send(guarded, b"x" * (32 << 20), outcome)
+    assert guarded.send_timed_out
+    assert len(outcome) == 1 and isinstance(outcome[0], trio.BrokenResourceError)
+    await client.aclose()
+    await guarded.aclose()

@@ -24,7 +24,10 @@ member receives its part. The coordinator only runs the rounds:
   timeout.
 
 Committed offsets are the gateway's one store (:meth:`GroupCoordinator.commit`), keyed by
-(group, topic, partition) like every other protocol's. Groups live in this process (the
+(group, topic, partition) like every other protocol's. The Kafka listener refuses a commit
+without a member id and generation (``assign()`` and commit) into a group that has members
+(:meth:`ClassicGroups.check_simple_commit`), as Kafka does; the other protocols' commits into
+the one store are not Kafka's business and are not checked. Groups live in this process (the
 gateway answers FindCoordinator with itself); a group is forgotten when its last member has
 gone, after its snapshot (generation, members, decoded assignment) was written like the other
 groups', so ``gateway groups`` shows it and a later round continues its generation numbering.
@@ -563,15 +566,29 @@ class ClassicGroups:
         """A member's commit: refused unless it is a member of the current generation. While
         the members join again the current generation still commits (what an eager consumer
         does as it gives its partitions up); while they wait for the leader's assignment,
-        REBALANCE_IN_PROGRESS, as Kafka answers."""
+        REBALANCE_IN_PROGRESS. Kafka's order: an unknown member first, then a wrong
+        generation, then the rebalance."""
         group, member = self._member(name, member_id, None)
         member.last_seen = trio.current_time()
-        if group.state == "syncing":
-            raise GatewayError(ErrorCode.REBALANCE_IN_PROGRESS, f"group {name!r} rebalances")
         if generation != group.generation:
             raise GatewayError(
                 ErrorCode.ILLEGAL_GENERATION,
                 f"generation {generation} is not the group's current {group.generation}",
+            )
+        if group.state == "syncing":
+            raise GatewayError(ErrorCode.REBALANCE_IN_PROGRESS, f"group {name!r} rebalances")
+
+    def check_simple_commit(self, name: str) -> None:
+        """A commit without a generation and member id (a consumer that assigns itself its
+        partitions) into group ``name``: UNKNOWN_MEMBER while the group has members, as Kafka
+        answers (only members commit into a group that has some); an empty or unknown group
+        takes it."""
+        group = self.get(name)
+        if group is not None and group.members:
+            raise GatewayError(
+                ErrorCode.UNKNOWN_MEMBER,
+                f"group {name!r} has {len(group.members)} members: only they commit offsets "
+                "(this commit has no member id and generation)",
             )
 
     async def leave(self, name: str, member_id: str, instance_id: str | None = None) -> None:

@@ -40,11 +40,16 @@ def _bootstrap(args: argparse.Namespace) -> str:
         raise UsageError("no admin endpoint in the config: pass --bootstrap host:port")
     host = config.admin.host if config.admin.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     from gateway.admin_auth import TOKEN_ENV, client_token
+    from gateway.admin_tls import from_config
 
     token = client_token(config)
     if token:  # the Spark workers this process starts inherit it (GatewayClient reads it)
         os.environ[TOKEN_ENV] = token
-    return f"{host}:{config.admin.port}"
+    tls = from_config(config.admin, host)
+    if tls is None:
+        return f"{host}:{config.admin.port}"
+    os.environ.update(tls.env())  # likewise the TLS settings, for the https:// bootstrap
+    return f"https://{host}:{config.admin.port}"
 
 
 def _reachable(bootstrap: str, flag: str = "--bootstrap") -> str:
@@ -239,7 +244,9 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     def common(q: argparse.ArgumentParser, gateway: bool = True) -> argparse.ArgumentParser:
         if gateway:
             q.add_argument(
-                "--bootstrap", help="the gateway's admin endpoint host:port (default: --config)"
+                "--bootstrap",
+                help="the gateway's admin endpoint host:port, https://host:port when it speaks "
+                "TLS (default: --config)",
             )
             q.add_argument("--config", default=None, help="config file naming the admin endpoint")
         q.add_argument(

@@ -3,7 +3,9 @@
 It is what the Spark executors (and the plain single-process baseline of ``bench/pipeline.py``)
 use: plain ``http.client`` with one keep-alive connection, no trio, nothing that cannot be opened
 inside a Spark Python worker. A client object is cheap; make one inside ``read()``/``write()``,
-never keep it on a pickled reader or writer.
+never keep it on a pickled reader or writer. An ``https://host:port`` bootstrap speaks TLS with
+the settings of the ``GATEWAY_ADMIN_TLS_*`` variables (``gateway/admin_tls.py``), which
+``gateway pipeline`` sets for the workers it starts, as it sets ``GATEWAY_ADMIN_TOKEN``.
 
 Two wire formats for records:
 - ``json``: the documented JSON API (keys, values and header values base64).
@@ -21,12 +23,24 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import ssl
 import struct
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, NoReturn
 from urllib.parse import quote
 
 from gateway.admin_auth import client_token
+from gateway.admin_tls import (
+    AdminTLSError,
+    ClientTLS,
+    connect,
+    connection,
+    describe,
+    dropped,
+    from_env,
+    plain_to_tls,
+    speaks_tls,
+)
 from gateway.canonical import CANONICAL, FIELD, RECORD, CanonicalCodecError, records_at
 from gateway.model import Record, now_us
 
@@ -65,16 +79,24 @@ class PartitionOffsets(NamedTuple):
     high_watermark: int
 
 
-def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
+def parse_endpoint(bootstrap: str) -> tuple[bool, str, int]:
+    """``(https, host, port)`` of an admin endpoint written ``host:port``, ``http://host:port``
+    or ``https://host:port`` (TLS)."""
     text = bootstrap.strip()
-    for prefix in ("http://", "gateway://"):
+    https = text.startswith("https://")
+    for prefix in ("https://", "http://", "gateway://"):
         if text.startswith(prefix):
             text = text[len(prefix) :]
     text = text.rstrip("/")
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"bootstrap must be host:port (the admin endpoint), got {bootstrap!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    return https, host.strip("[]") or "127.0.0.1", int(port)
+
+
+def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
+    _, host, port = parse_endpoint(bootstrap)
+    return host, port
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -86,7 +108,8 @@ def _unb64(text: str | None) -> bytes | None:
 
 
 class GatewayClient:
-    """One keep-alive HTTP connection to the admin endpoint at ``bootstrap`` (host:port)."""
+    """One keep-alive HTTP(S) connection to the admin endpoint at ``bootstrap`` (host:port,
+    or https://host:port for an admin port that speaks TLS)."""
 
     def __init__(
         self,
@@ -94,12 +117,16 @@ class GatewayClient:
         timeout: float = 60.0,
         wire_format: str = "binary",
         token: str | None = None,
+        tls: ClientTLS | None = None,
     ) -> None:
         """``token``: the admin data API's bearer token; by default ``GATEWAY_ADMIN_TOKEN``
-        (which ``gateway pipeline`` sets from the config's ``[admin] token_file``)."""
+        (which ``gateway pipeline`` sets from the config's ``[admin] token_file``). ``tls``:
+        speak HTTPS with these settings; by default HTTPS for an ``https://`` bootstrap, with
+        the ``GATEWAY_ADMIN_TLS_*`` variables (gateway/admin_tls.py)."""
         if wire_format not in ("binary", "json"):
             raise ValueError(f"wire_format must be 'binary' or 'json', not {wire_format!r}")
-        self.host, self.port = parse_bootstrap(bootstrap)
+        https, self.host, self.port = parse_endpoint(bootstrap)
+        self.tls = tls if tls is not None or not https else from_env()
         self.timeout = timeout
         self.wire_format = wire_format
         self.token = token if token is not None else client_token()
@@ -125,23 +152,53 @@ class GatewayClient:
         if self.token:
             headers["authorization"] = f"Bearer {self.token}"
         for attempt in (0, 1):
+            fresh = self._conn is None
             if self._conn is None:
-                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+                self._conn = connection(self.host, self.port, self.tls, self.timeout)
+                try:
+                    connect(self._conn, self.host, self.port, self.tls)
+                except BaseException:
+                    self.close()
+                    raise
             try:
                 self._conn.request(method, path, body=body, headers=headers)
                 resp = self._conn.getresponse()
                 data = resp.read()
                 return resp.status, resp.getheader("content-type") or "", data
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            except (
+                http.client.RemoteDisconnected,
+                BrokenPipeError,
+                ConnectionResetError,
+                ssl.SSLEOFError,
+                ssl.SSLZeroReturnError,
+            ) as exc:
                 # A kept-alive connection the server closed (idle timeout): retry once on a new
                 # one. Only idempotent-safe here because the request never reached the server.
                 self.close()
+                if fresh:
+                    self._not_plain_to_tls()
                 if attempt:
+                    if self.tls is not None:
+                        raise dropped(exc, self.host, self.port) from None
                     raise
+            except ssl.SSLError as exc:  # e.g. the gateway refused the client certificate
+                self.close()
+                raise describe(exc, self.host, self.port, self.tls or ClientTLS()) from None
+            except http.client.HTTPException:
+                self.close()
+                if fresh:
+                    self._not_plain_to_tls()
+                raise
             except Exception:
                 self.close()
                 raise
         raise AssertionError("unreachable")
+
+    def _not_plain_to_tls(self) -> None:
+        """Raise :class:`AdminTLSError` when this plain client reached a port speaking TLS."""
+        if self.tls is None and speaks_tls(self.host, self.port):
+            fix = f"give the address as https://{self.host}:{self.port}"
+            raise plain_to_tls(self.host, self.port, fix)
 
     def _json(self, method: str, path: str, body: Any = None) -> Any:
         payload = None if body is None else json.dumps(body).encode()
@@ -159,10 +216,13 @@ class GatewayClient:
     # ------------------------------------------------------------------ topics
 
     def healthy(self) -> bool:
+        """Whether a gateway answers; :class:`AdminTLSError` when TLS stands between."""
         try:
             status, _, _ = self._raw("GET", "/healthz")
             return status == 200
-        except OSError:
+        except AdminTLSError:
+            raise
+        except (OSError, http.client.HTTPException):
             return False
 
     def topics(self) -> dict[str, int]:

@@ -2,7 +2,8 @@
 
 Reader options (batch and streaming):
 
-- ``bootstrap`` (required): the gateway's admin endpoint, ``host:port``.
+- ``bootstrap`` (required): the gateway's admin endpoint, ``host:port`` (``https://host:port``
+  when it speaks TLS: ``gateway/admin_tls.py`` reads the ``GATEWAY_ADMIN_TLS_*`` variables).
 - ``topic`` (required).
 - ``startingOffsets``: ``earliest`` (batch default), ``latest`` (streaming default), or JSON
   ``{"0": 42, "1": -2}`` per partition (-2 earliest, -1 latest; partitions left out: the default).
@@ -22,6 +23,12 @@ Reader options (batch and streaming):
 Writer options: ``bootstrap``, ``topic``, ``partitions`` (create the topic with this many when it
 does not exist), ``batchRecords`` (default 5000 per request), ``reportPath`` (the driver writes
 the commit/abort totals there as JSON).
+
+TLS options (reader and writer; any of them means HTTPS, and they replace the workers'
+``GATEWAY_ADMIN_TLS_*`` variables): ``tlsCaFile`` (PEM CA files trusted besides the system's,
+comma-separated), ``tlsCertFile`` and ``tlsKeyFile`` (a client certificate), ``tlsServerName``
+(the name checked in the gateway's certificate; default the bootstrap's host). The files must be
+readable where the Spark tasks run.
 """
 
 from __future__ import annotations
@@ -30,6 +37,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from gateway.admin_tls import ClientTLS
+
+if TYPE_CHECKING:
+    from gateway.pipeline.client import GatewayClient
 
 EARLIEST = -2
 LATEST = -1
@@ -105,6 +118,28 @@ def parse_offsets(raw: str | None, name: str, default: int) -> tuple[int, dict[i
     return default, per
 
 
+def parse_tls(options: Mapping[str, str]) -> ClientTLS | None:
+    """The TLS options as client settings; None when none is given."""
+    ca, cert, key, name = (
+        (options.get(k) or "").strip()
+        for k in ("tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsServerName")
+    )
+    if not (ca or cert or key or name):
+        return None
+    if bool(cert) != bool(key):
+        raise OptionError(
+            f"options tlsCertFile={cert!r} tlsKeyFile={key!r}: expected both or neither"
+        )
+    cas = tuple(p.strip() for p in ca.split(",") if p.strip())
+    return ClientTLS(ca_files=cas, cert_file=cert, key_file=key, server_name=name)
+
+
+def _client(bootstrap: str, tls: ClientTLS | None) -> GatewayClient:
+    from gateway.pipeline.client import GatewayClient
+
+    return GatewayClient(bootstrap, tls=tls)
+
+
 @dataclass(frozen=True)
 class ReaderOptions:
     bootstrap: str
@@ -122,6 +157,11 @@ class ReaderOptions:
     fetch_max_bytes: int
     fail_on_data_loss: bool
     max_offsets_per_trigger: int | None
+    tls: ClientTLS | None = None
+
+    def client(self) -> GatewayClient:
+        """A client of the gateway these options name (HTTPS with the TLS options)."""
+        return _client(self.bootstrap, self.tls)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> ReaderOptions:
@@ -172,6 +212,7 @@ class ReaderOptions:
             fetch_max_bytes=_int(options, "fetchMaxBytes", 8 << 20) or (8 << 20),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             max_offsets_per_trigger=mopt,
+            tls=parse_tls(options),
         )
 
 
@@ -182,6 +223,11 @@ class WriterOptions:
     partitions: int | None
     batch_records: int
     report_path: str | None
+    tls: ClientTLS | None = None
+
+    def client(self) -> GatewayClient:
+        """A client of the gateway these options name (HTTPS with the TLS options)."""
+        return _client(self.bootstrap, self.tls)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -197,4 +243,5 @@ class WriterOptions:
             partitions=_int(options, "partitions", None),
             batch_records=max(1, _int(options, "batchRecords", 5000) or 5000),
             report_path=options.get("reportPath") or None,
+            tls=parse_tls(options),
         )

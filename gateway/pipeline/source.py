@@ -99,9 +99,8 @@ def _resolve(spec: int, log_start: int, high: int) -> int:
 
 def plan_batch(opts: ReaderOptions) -> list[tuple[int, int, int]]:
     """The (partition, start, end) ranges a batch read covers, before splitting."""
-    from gateway.pipeline.client import GatewayClient
 
-    with GatewayClient(opts.bootstrap) as client:
+    with opts.client() as client:
         parts = client.offsets(opts.topic)
         by_start = by_end = None
         if opts.starting_timestamp_us is not None:
@@ -212,12 +211,12 @@ def read_range(opts: ReaderOptions, part: OffsetRange) -> Iterator[Any]:
     (fewer only when records were deleted and failOnDataLoss is false), one per page, decoded
     column-wise from the binary format, blocks as stored: with record start tables (canonical
     version 3) or, stored before them, without (``gateway/pipeline/columnar.py``)."""
-    from gateway.pipeline.client import GatewayClient, GatewayClientError
+    from gateway.pipeline.client import GatewayClientError
     from gateway.pipeline.columnar import decode_fetch_arrow
 
     schema = arrow_schema()
     offset, end = part.start, part.end
-    with GatewayClient(opts.bootstrap) as client:
+    with opts.client() as client:
         while offset < end:
             want = min(opts.fetch_max_records, end - offset)
             try:
@@ -291,9 +290,8 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, int] | None = None
 
     def _highs(self) -> dict[str, tuple[int, int]]:
-        from gateway.pipeline.client import GatewayClient
 
-        with GatewayClient(self.opts.bootstrap) as client:
+        with self.opts.client() as client:
             parts = client.offsets(self.opts.topic)
         return {
             str(po.partition): (po.log_start_offset, po.high_watermark)
@@ -305,9 +303,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         highs = self._highs()
         by_time = None
         if self.opts.starting_timestamp_us is not None:
-            from gateway.pipeline.client import GatewayClient
-
-            with GatewayClient(self.opts.bootstrap) as client:
+            with self.opts.client() as client:
                 by_time = client.offsets_for_time(self.opts.topic, self.opts.starting_timestamp_us)
         out = {}
         for p, (lso, hw) in highs.items():
@@ -452,12 +448,11 @@ class GatewayWriter(DataSourceArrowWriter):
         self.opts = opts
 
     def write(self, iterator: Iterator[Any]) -> GatewayCommitMessage:
-        from gateway.pipeline.client import GatewayClient
 
         msg = GatewayCommitMessage()
         pending: dict[int | None, list[Any]] = {}
         size = 0
-        with GatewayClient(self.opts.bootstrap) as client:
+        with self.opts.client() as client:
 
             def flush() -> None:
                 for p, recs in pending.items():
@@ -532,8 +527,6 @@ class GatewayDataSource(DataSource):
             raise OptionError("the DataFrame to write needs a 'value' column")
         opts = WriterOptions.parse(self.options)
         if opts.partitions is not None:
-            from gateway.pipeline.client import GatewayClient
-
-            with GatewayClient(opts.bootstrap) as client:
+            with opts.client() as client:
                 client.create_topic(opts.topic, opts.partitions)
         return GatewayWriter(opts)

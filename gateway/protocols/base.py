@@ -57,6 +57,7 @@ class ListenerConfig:
     max_frame_bytes: int = 100 * MiB
     idle_timeout_s: float = 600.0
     read_timeout_s: float = 60.0  # a request begun must be complete within this (slowloris)
+    send_timeout_s: float = 60.0  # an answer's write may wait this long for the client to read
     max_in_flight: int = 64
     max_answer_bytes: int = 64 * MiB  # a fetch/consume answer never exceeds this, whatever asked
     proxy_protocol: str = "off"  # "off" | "optional" | "required"
@@ -93,7 +94,7 @@ class ListenerConfig:
         for key in ("max_connections", "max_frame_bytes", "max_in_flight", "max_answer_bytes"):
             if getattr(self, key) < 1:
                 problems.append(f"{key}: got {getattr(self, key)}, expected >= 1")
-        for key in ("idle_timeout_s", "read_timeout_s"):
+        for key in ("idle_timeout_s", "read_timeout_s", "send_timeout_s"):
             if getattr(self, key) <= 0:
                 problems.append(f"{key}: got {getattr(self, key)}, expected > 0 seconds")
         return problems

@@ -42,7 +42,11 @@ reads no new one, calls ``drain()`` once, and lets the tasks a session started f
 the server's grace). When the peer is gone or the connection failed those tasks are
 cancelled. A RemoteProtocolError is counted and logged once (``gateway_protocol_errors_total``,
 or ``limit_hit`` when it names a budget) and closes the connection after ``closing``. Bytes in
-and out are counted in ``gateway_bytes_in_total`` / ``gateway_bytes_out_total``. A failure other
+and out are counted in ``gateway_bytes_in_total`` / ``gateway_bytes_out_total``. Every write goes
+through the server's stream, which ends the connection when the client takes no byte of it for
+the listener's ``send_timeout_s`` (gateway/streams.py): a send here fails as if the peer had
+gone, and what the answer held (its share of ``max_answer_memory``, see answers.py) is given
+back as the handler unwinds. A failure other
 than the peer going away (a timeout of the server's stream, a bug) is re-raised bare, out of the
 driver's nursery, for the server to log and count.
 """

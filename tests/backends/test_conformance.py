@@ -502,6 +502,24 @@ async def test_retention(backend: Backend) -> None:
     assert result.base_offset == 800
 
 
+async def test_retention_minus_one_keeps_everything(backend: Backend) -> None:
+    """Kafka's -1 for either retention key (what a client sets to keep a topic whole, e.g. a
+    compact topic) is accepted by every backend that has retention and deletes nothing."""
+    if not backend.capabilities.retention:
+        return  # test_retention checks these refuse retention
+    config = (("retention_ms", "-1"), ("retention_bytes", "-1"))
+    await create_topic(backend, "ret.whole", 1, config)
+    old = T0 - 10**12
+    for i in range(10):
+        recs = [r._replace(timestamp_us=old + i) for r in make_records(20, start=20 * i)]
+        await backend.append("ret.whole", 0, encoded(recs))
+    await backend.enforce_retention()
+    info = await backend.partition_info("ret.whole", 0)
+    assert (info.log_start_offset, info.high_watermark) == (0, 200)
+    got = await read_all(backend, "ret.whole", 0, 0)
+    assert [r.offset for r in got] == list(range(200))
+
+
 # ----------------------------------------------------------------------------- groups, restart
 
 

@@ -99,6 +99,9 @@ async def test_a_second_member_starts_a_round_both_join_the_leader_assigns() -> 
         assert "b" not in synced  # a follower waits for the leader's assignment
         commit = CommitOffset("g", "t", 0, 6, "", 2, b)
         await fails(core, commit, ErrorCode.REBALANCE_IN_PROGRESS)  # until it has come
+        # Kafka's order: a wrong generation is ILLEGAL_GENERATION even now
+        old = CommitOffset("g", "t", 0, 6, "", 1, b)
+        await fails(core, old, ErrorCode.ILLEGAL_GENERATION)
         await fails(core, SyncGroup("g", a, 1), ErrorCode.ILLEGAL_GENERATION)
         plan = ((a, b"half-a", (("t", 0),)), (b, b"half-b", (("t", 1),)))
         synced["a"] = await core.execute(SyncGroup("g", a, 2, plan))
@@ -122,6 +125,19 @@ async def test_an_unchanged_follower_rejoining_gets_the_current_generation() -> 
     b = [m for m in (await core.execute(DescribeGroup("g"))).members if m.member_id != a][0]
     rejoin = await core.execute(join_cmd(b.member_id))
     assert rejoin.generation == 3  # no new round: metadata unchanged, not the leader
+
+
+async def test_a_simple_commit_is_for_groups_without_members() -> None:
+    """check_simple_commit (the Kafka listener's, for commits without a member id and
+    generation): UNKNOWN_MEMBER while the group has members, fine once it has none."""
+    core = make_core()
+    core.classic.check_simple_commit("g")  # a group nobody used
+    a = (await core.execute(join_cmd())).member_id
+    with pytest.raises(GatewayError) as info:
+        core.classic.check_simple_commit("g")
+    assert info.value.code is ErrorCode.UNKNOWN_MEMBER and "1 members" in info.value.message
+    await core.execute(LeaveGroup("g", a))
+    core.classic.check_simple_commit("g")  # empty again
 
 
 async def test_leave_starts_a_round_for_the_others_and_the_last_leave_empties() -> None:

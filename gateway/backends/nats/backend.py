@@ -170,10 +170,11 @@ class NatsBackend(Backend):
             "duplicate_window": 5_000_000_000,  # 5 s: only the append chains use message ids
             "metadata": {"gw.topic": topic, "gw.partition": str(partition)},
         }
-        if "retention_ms" in config:
+        # Kafka's -1 (keep everything) is JetStream's 0 for max_age and -1 for max_bytes
+        if int(config.get("retention_ms", 0)) > 0:
             cfg["max_age"] = int(config["retention_ms"]) * 1_000_000
         if "retention_bytes" in config:
-            cfg["max_bytes"] = int(config["retention_bytes"])
+            cfg["max_bytes"] = max(-1, int(config["retention_bytes"]))
         return cfg
 
     async def _create_stream(

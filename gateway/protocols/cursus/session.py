@@ -45,6 +45,7 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
+from gateway.protocols.answers import WAIT_BYTES, AnswerBudget, holding
 from gateway.protocols.base import ConnectionContext
 from gateway.protocols.cursus import CursusListenerConfig, codec
 from gateway.protocols.cursus.block import CURSUS_BLOCK
@@ -473,14 +474,37 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
         r = await self.core.execute(ListOffsets(topic, partition, OffsetSpec.LATEST))
         return f"requested={requested} earliest={r.log_start_offset} latest={r.high_watermark}"
 
-    async def _read(self, a: CommonArgs, offset: int, wait_ms: int) -> FetchResult:
+    async def _read_answer(
+        self, a: CommonArgs, offset: int, wait_ms: int
+    ) -> tuple[FetchResult | None, AnswerBudget]:
+        """Read for one answer within its share of the answer pool (call inside ``holding``);
+        no result when the pool had nothing left. A share larger than WAIT_BYTES is not held
+        while waiting at the log end: read at once, and with nothing there wait holding
+        WAIT_BYTES at most (idle consumers would take the pool from answers with data)."""
+        cap = self.cfg.max_answer_bytes
+        budget = await AnswerBudget.take(cap, cap)
+        if not budget.limit:
+            return None, budget
+        if wait_ms > 0 and budget.limit > WAIT_BYTES:
+            result = await self._read(a, offset, 0, budget)
+            if result.count:
+                return result, budget
+            budget.release()
+            budget = await AnswerBudget.take_for_wait(cap)
+            if not budget.limit:
+                return None, budget
+        return await self._read(a, offset, wait_ms, budget), budget
+
+    async def _read(
+        self, a: CommonArgs, offset: int, wait_ms: int, budget: AnswerBudget
+    ) -> FetchResult:
         return await self.core.execute(
             Fetch(
                 a.topic,
                 a.partition,
                 offset,
                 max_records=a.batch,
-                max_bytes=self.cfg.max_answer_bytes,
+                max_bytes=max(1, budget.limit),
                 max_wait_ms=wait_ms,
             )
         )
@@ -514,23 +538,31 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
             return empty
         assert a.offset is not None
         try:
-            result = await self._read(a, a.offset, a.wait_ms)
+            result, budget = await self._read_answer(a, a.offset, a.wait_ms)
         except GatewayError as exc:
             if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
                 rng = await self._out_of_range(a.topic, a.partition, a.offset)
                 return f"ERROR: OFFSET_OUT_OF_RANGE {rng}"
             raise
-        reply = self._reply_frame(a.topic, a.partition, result)
+        if result is None:  # the answer pool is empty: nothing now, the client asks again
+            limit_hit(budget.key, PROTOCOL, self.log, topic=a.topic, partition=a.partition)
+            return empty
+        reply = self._reply_frame(a.topic, a.partition, result, budget)
         if reply.count:
             labelled(RECORDS_OUT, PROTOCOL).inc(reply.count)
         return Reply(reply.frame, framed=True)
 
-    def _reply_frame(self, topic: str, partition: int, result: FetchResult) -> ReplyFrame:
-        """The reply batch, cut at ``max_answer_bytes`` (the rest is read by the next request)."""
-        reply = build_reply_frame(topic, partition, result.batches, self.cfg.max_answer_bytes)
-        if reply.capped:
-            limit_hit("max_answer_bytes", PROTOCOL, self.log, topic=topic, partition=partition,
-                      max_answer_bytes=self.cfg.max_answer_bytes)  # fmt: skip
+    def _reply_frame(
+        self, topic: str, partition: int, result: FetchResult, budget: AnswerBudget
+    ) -> ReplyFrame:
+        """The reply batch, cut at the budget (``max_answer_bytes``, or less when the answer
+        pool is short; the rest is read by the next request)."""
+        reply = build_reply_frame(topic, partition, result.batches, max(1, budget.limit))
+        if reply.capped and budget.key:
+            limit_hit(budget.key, PROTOCOL, self.log, topic=topic, partition=partition,
+                      limit_bytes=budget.limit)  # fmt: skip
+        budget.spend(len(reply.frame))
+        budget.trim()
         return reply
 
     async def _stream(self, cmd: str) -> str | Reply:
@@ -616,24 +648,27 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
         bytes_out = labelled(BYTES_OUT, PROTOCOL)
         while True:
             wait_ms = int(max(0.0, min(next_keepalive, next_commit) - trio.current_time()) * 1000)
-            try:
-                result = await self._read(a, spec.offset, wait_ms)
-            except GatewayError as exc:
-                if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
-                    rng = await self._out_of_range(spec.topic, spec.partition, spec.offset)
-                    await stream.send_all(
-                        codec.frame(_control("CLOSE", "offset_out_of_range", spec.offset, rng))
-                    )
-                    return "offset_out_of_range"
-                await stream.send_all(codec.frame(_control("CLOSE", "error", spec.offset)))
-                return "error"
-            reply = self._reply_frame(spec.topic, spec.partition, result) if result.count else None
-            if reply is not None and reply.count:
-                await stream.send_all(reply.frame)
-                bytes_out.inc(len(reply.frame))
-                records_out.inc(reply.count)
-                spec.offset = reply.last_offset + 1
-                next_keepalive = trio.current_time() + keepalive
+            with holding():  # each push's share of the answer pool, given back once sent
+                try:
+                    result, budget = await self._read_answer(a, spec.offset, wait_ms)
+                except GatewayError as exc:
+                    if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                        rng = await self._out_of_range(spec.topic, spec.partition, spec.offset)
+                        await stream.send_all(
+                            codec.frame(_control("CLOSE", "offset_out_of_range", spec.offset, rng))
+                        )
+                        return "offset_out_of_range"
+                    await stream.send_all(codec.frame(_control("CLOSE", "error", spec.offset)))
+                    return "error"
+                reply = None
+                if result is not None and result.count:
+                    reply = self._reply_frame(spec.topic, spec.partition, result, budget)
+                if reply is not None and reply.count:
+                    await stream.send_all(reply.frame)
+                    bytes_out.inc(len(reply.frame))
+                    records_out.inc(reply.count)
+                    spec.offset = reply.last_offset + 1
+                    next_keepalive = trio.current_time() + keepalive
             now = trio.current_time()
             if now >= next_keepalive:
                 await stream.send_all(codec.KEEPALIVE)
@@ -706,9 +741,10 @@ class CursusConnectionSession:
         self.session.interrupt()
 
     async def handle(self, body: bytes, io: Connection) -> bool:
-        reply = await self.session.handle(body)
-        if reply.body is not None:
-            await io.send(reply.body if reply.framed else codec.frame(reply.body))
+        with holding():  # a CONSUME answer's share of the answer pool, given back once sent
+            reply = await self.session.handle(body)
+            if reply.body is not None:
+                await io.send(reply.body if reply.framed else codec.frame(reply.body))
         if reply.stream is not None:
             await self.session._run_stream(io.stream, reply.stream)
             return False

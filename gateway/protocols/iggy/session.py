@@ -57,7 +57,7 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
-from gateway.protocols.answers import LIMIT
+from gateway.protocols.answers import LIMIT, MEMORY_LIMIT, AnswerBudget, holding
 from gateway.protocols.base import ConnectionContext, PerCore
 from gateway.protocols.driver import Connection, drive
 from gateway.protocols.iggy import IggyListenerConfig
@@ -542,14 +542,23 @@ class IggySession:
         current = max(0, hw - 1)
         if offset >= hw:
             return c.PolledMessages(partition + 1, current)
-        # the answer's budget, whatever count (up to 2^32 - 1) asks for
-        limit, key = min(
+        # the answer's budget, whatever count (up to 2^32 - 1) asks for, taken from the pool
+        cap, key = min(
             (self.cfg.max_answer_bytes, LIMIT), (self.cfg.max_poll_bytes, "max_poll_bytes")
         )
+        budget = await AnswerBudget.take(cap, cap)
+        limit = budget.limit
+        if budget.key == MEMORY_LIMIT:
+            key = MEMORY_LIMIT
+        if not limit:  # the answer pool is empty: no messages, the client polls again
+            limit_hit(key, PROTOCOL, self.log, limit_bytes=0, asked=req.count, answered=0)
+            return c.PolledMessages(partition + 1, current)
         result = await self.core.execute(Fetch(topic, partition, offset, req.count, limit, 0))
         payload, n, last = poll_reply(
             topic, partition, max(0, result.high_watermark - 1), result.batches, limit
         )
+        budget.spend(len(payload))
+        budget.trim()
         if n < req.count and offset + n < result.high_watermark:
             limit_hit(key, PROTOCOL, self.log, limit_bytes=limit, asked=req.count, answered=n)
         if n and req.auto_commit:
@@ -731,6 +740,10 @@ class IggyConnectionSession:
         except c.ValidationError as exc:
             out = session.error("validate", exc.status, str(exc))
         else:
+            if type(req) is c.PollMessages:
+                with holding():  # the answer's share of the pool, given back once it is sent
+                    await io.send(await session.handle(req))
+                return True
             out = await session.handle(req)
         await io.send(out)
         return True

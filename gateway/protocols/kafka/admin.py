@@ -3,8 +3,16 @@ DescribeConfigs v1-v4 (topics and this broker).
 
 Topic configs map onto the gateway's own topic keys: ``retention.ms`` -> ``retention_ms``,
 ``retention.bytes`` -> ``retention_bytes`` (every backend with retention), ``segment.bytes``
--> ``segment_bytes`` (the embedded log); ``cleanup.policy`` may only be ``delete`` (there is no
-compaction). Any other config is INVALID_CONFIG, as a broker answers a name it does not know.
+-> ``segment_bytes`` (the embedded log). Any other config is INVALID_CONFIG, as a broker answers
+a name it does not know.
+
+``cleanup.policy``: the gateway's logs are never compacted. ``delete`` is what every topic
+does; ``compact,delete`` is taken too (retention deletes old records as Kafka's would, and
+nothing is compacted, so readers see every version of a key). ``compact`` is taken only where
+the topic keeps every record (its backend deletes nothing: no ``retention_ms`` or
+``retention_bytes`` applies to it, on a backend whose retention the gateway decides): then the
+topic is kept whole, reads see every version of a key, the latest last. Either is remembered
+under the topic key ``cleanup_policy``, which DescribeConfigs reports.
 The replication factor and manual replica assignments are accepted and not used (replication
 is the backend's business); the topic reports a replication factor of 1: this one broker.
 Configs are read-only (no AlterConfigs).
@@ -36,6 +44,14 @@ TOPIC_KEYS = {
 }
 """Kafka topic config -> the gateway's topic key."""
 
+CLEANUP_KEY = "cleanup_policy"
+"""The gateway's topic key remembering a ``cleanup.policy`` other than ``delete``."""
+
+KEEPS_RECORDS_UNLESS_TOLD = frozenset({"memory", "embedded", "nats"})
+"""Backend types that delete a topic's records only by its ``retention_ms`` / ``retention_bytes``
+(topic keys, or the backend's defaults); any other (a Kafka cluster, an upstream server)
+applies retention of its own the gateway cannot see, so a ``compact`` topic is refused there."""
+
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 
@@ -57,8 +73,9 @@ def gateway_config(configs: Any) -> tuple[tuple[str, str], ...]:
     out = []
     for c in configs:
         if c.name == "cleanup.policy":
-            if c.value not in (None, "delete"):
-                raise InvalidConfig(f"cleanup.policy {c.value!r}: only 'delete' (no compaction)")
+            policy = cleanup_policy(c.value)
+            if policy != "delete":
+                out.append((CLEANUP_KEY, policy))
             continue
         key = TOPIC_KEYS.get(c.name)
         if key is None:
@@ -72,6 +89,48 @@ def gateway_config(configs: Any) -> tuple[tuple[str, str], ...]:
             raise InvalidConfig(f"{c.name}: got {c.value!r}, expected an integer") from None
         out.append((key, c.value))
     return tuple(out)
+
+
+def cleanup_policy(value: str | None) -> str:
+    """``delete``, ``compact`` or ``compact,delete`` for a CreateTopics ``cleanup.policy``."""
+    if value is None:
+        return "delete"
+    policies = {v.strip() for v in value.split(",")}
+    if not policies or not policies <= {"delete", "compact"}:
+        raise InvalidConfig(
+            f"cleanup.policy: got {value!r}, expected delete, compact or compact,delete"
+        )
+    return ",".join(sorted(policies))
+
+
+def check_kept_whole(ctx: KafkaContext, topic: str, config: tuple[tuple[str, str], ...]) -> None:
+    """InvalidConfig unless topic ``topic``, created with ``config``, keeps every record: the
+    condition of ``cleanup.policy=compact``, which the gateway honours by never deleting."""
+    own = dict(config)
+    if own.get(CLEANUP_KEY) != "compact":
+        return
+    backend = ctx.core.router.backend_for(topic)
+    refused = "cleanup.policy: got 'compact', which the gateway keeps whole (never compacted)"
+    if backend.type_name not in KEEPS_RECORDS_UNLESS_TOLD:
+        raise InvalidConfig(
+            f"{refused}, but the topic's backend {backend.name!r} ({backend.type_name}) deletes "
+            "old records by a retention of its own; use cleanup.policy=delete"
+        )
+    defaults = getattr(backend, "config", None)
+    for kafka_name, key in TOPIC_KEYS.items():
+        if key not in ("retention_ms", "retention_bytes"):
+            continue
+        value: str | int | None
+        if key in own:
+            value, where = own[key], f"the topic's {kafka_name}"
+        else:
+            value = getattr(defaults, key, None)
+            where = f"backend {backend.name!r}'s {key}"
+        if value is not None and int(value) >= 0:
+            raise InvalidConfig(
+                f"{refused}, but {where} = {value} deletes old records; give the topic "
+                f"{kafka_name}=-1 or use cleanup.policy=delete"
+            )
 
 
 def _error(ctx: KafkaContext, api: str, exc: GatewayError, **fields: Any) -> K:
@@ -105,7 +164,10 @@ def topic_configs(
             rows.append((kafka_name, "-1", SOURCE_DEFAULT, TYPE_LONG))
     max_bytes = ctx.listener.message_max_bytes
     rows.append(("max.message.bytes", str(max_bytes), SOURCE_DEFAULT, TYPE_INT))
-    rows.append(("cleanup.policy", "delete", SOURCE_DEFAULT, TYPE_LIST))
+    if CLEANUP_KEY in own:
+        rows.append(("cleanup.policy", own[CLEANUP_KEY], SOURCE_TOPIC, TYPE_LIST))
+    else:
+        rows.append(("cleanup.policy", "delete", SOURCE_DEFAULT, TYPE_LIST))
     return rows
 
 
@@ -138,6 +200,7 @@ async def _create(ctx: KafkaContext, t: Any, validate_only: bool) -> Any:
             ErrorCode.INVALID_REQUEST, f"replication_factor {t.replication_factor}: expected >= 1"
         )
     config = gateway_config(t.configs)
+    check_kept_whole(ctx, t.name, config)
     if not validate_only:
         return await ctx.core.execute(CreateTopic(t.name, partitions, config))
     check_topic(t.name)

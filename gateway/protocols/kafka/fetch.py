@@ -6,7 +6,8 @@ Waiting: ``max_wait`` and ``min_bytes`` over the whole request, as the 0.8 path:
 fetch is the core's long poll; with several, one pass, and if it found less than ``min_bytes``
 a wait for the first partition to get data, then a second pass. Sizes: each partition at most
 its ``partition_max_bytes`` (at least one batch, as brokers do), the answer at most the request's
-``max_bytes`` and the listener's ``max_answer_bytes``."""
+``max_bytes`` and the listener's ``max_answer_bytes``, taken from the process's answer pool
+(``[server] max_answer_memory``: less when it is short) while the answer is read and sent."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from kio.schema.errors import ErrorCode as K
 
 from gateway.model import Fetch, GatewayError, now_us
 from gateway.observability import RECORDS_OUT, labelled
-from gateway.protocols.answers import AnswerBudget
+from gateway.protocols.answers import MEMORY_LIMIT, WAIT_BYTES, AnswerBudget
 from gateway.protocols.kafka.batches import fetch_records
 from gateway.protocols.kafka.codec import NO_THROTTLE, build, nested, response_class
 from gateway.protocols.kafka.context import PROTOCOL, KafkaContext, RequestHeader
@@ -67,9 +68,12 @@ async def _read(
         return -1
     part.code = 0
     part.hw = part.lso = result.high_watermark
-    part.data = fetch_records(result.batches, now_us() // 1000)
+    if share or not bounded:
+        part.data = fetch_records(result.batches, now_us() // 1000)
+        count = sum(b.count for b in result.batches)
+    else:  # nothing left of the budget (the answer pool is empty): the client asks again
+        part.data, count = [], 0
     size = sum(len(d) for d in part.data)
-    count = sum(b.count for b in result.batches)
     if bounded and part.offset + count < result.high_watermark:
         budget.hit = True
     budget.spend(size)
@@ -96,23 +100,39 @@ async def handle(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
     wait_ms = int(request.max_wait.total_seconds() * 1000)
     min_bytes = max(1, request.min_bytes)
 
-    async def one_pass(wait: int) -> tuple[int, bool, AnswerBudget]:
-        budget = AnswerBudget(limit)
+    async def one_pass(wait: int, waiting: bool = False) -> tuple[int, bool, AnswerBudget]:
+        wanted = sum(max(0, p.max_bytes) for p in parts)
+        if waiting:
+            budget = await AnswerBudget.take_for_wait(wanted)
+        else:
+            budget = await AnswerBudget.take(wanted, limit)
         total, error = 0, False
         for part in parts:
             size = await _read(ctx, part, wait, min_bytes, budget)
             error |= size < 0
             total += max(0, size)
+        budget.trim()
         return total, error, budget
 
-    if len(parts) == 1:
+    if len(parts) == 1 and (wait_ms <= 0 or min(limit, parts[0].max_bytes) <= WAIT_BYTES):
         _, _, budget = await one_pass(wait_ms)
+    elif len(parts) == 1:
+        # a share of the answer pool larger than WAIT_BYTES is not held while waiting at the
+        # log end: read at once, and with less than min_bytes there wait holding WAIT_BYTES
+        total, error, budget = await one_pass(0)
+        if not error and total < min_bytes:
+            budget.release()
+            parts[0].data = []
+            _, _, budget = await one_pass(wait_ms, waiting=True)
     else:
         total, error, budget = await one_pass(0)
         if not error and wait_ms > 0 and total < min_bytes and parts:
+            budget.release()  # read again after the wait
+            for part in parts:
+                part.data = []
             await _wait_any(ctx, parts, wait_ms)
             _, _, budget = await one_pass(0)
-    if budget.hit and limit == ctx.listener.max_answer_bytes:
+    if budget.key == MEMORY_LIMIT or limit == ctx.listener.max_answer_bytes:
         budget.report(PROTOCOL, ctx.log, peer=ctx.peer)
     return _answer(cls, parts, by_id)
 

@@ -1,8 +1,14 @@
 """OffsetCommit v2-v9 and OffsetFetch v2-v9 (v8+ batched by group); v0-v1 are the 0.8
 session's. Committed offsets are the gateway's one store, keyed by (group, topic, partition):
 what a Kafka consumer of group ``g`` commits, a Cursus, Iggy or Kafka 0.8 consumer of ``g``
-reads, and the reverse. A member's commit (generation >= 0) is fenced by the group's
-generation; a commit without one (a simple consumer, ``assign()``) is stored as it comes."""
+reads, and the reverse.
+
+A commit is checked as a Kafka broker checks it, in its order: a partition of a topic that does
+not exist (or past its partition count) is UNKNOWN_TOPIC_OR_PARTITION and nothing is stored
+for it (one topic lookup per topic of the request); a member's commit (generation >= 0) is
+fenced by the group's generation; a commit without one (a simple consumer, ``assign()``) is
+UNKNOWN_MEMBER_ID for every partition while the Kafka group has members, and stored as it comes
+into an empty or unknown group."""
 
 from __future__ import annotations
 
@@ -19,18 +25,68 @@ OFFSET_METADATA_MAX = 4096
 """Kafka's ``offset.metadata.max.bytes``: longer commit metadata is OFFSET_METADATA_TOO_LARGE."""
 
 
+class _Refusal:
+    """One error that answers many partitions of a commit: counted for each, logged (when the
+    client is at fault) once."""
+
+    def __init__(self, exc: GatewayError, **fields: Any) -> None:
+        self.exc = exc
+        self.fields = fields
+        self.code: K | None = None
+
+    def answer(self, ctx: KafkaContext) -> K:
+        if self.code is None:
+            self.code = group_error(ctx, "offset_commit", self.exc, **self.fields)
+        else:
+            ctx.count("offset_commit", str(int(self.code)))
+        return self.code
+
+
+async def _partitions(ctx: KafkaContext, topic: str, group: str) -> int | _Refusal:
+    """The partition count of ``topic``, or why no partition of it takes a commit."""
+    try:
+        return (await ctx.core.topic(topic)).partitions
+    except GatewayError as exc:
+        return _Refusal(exc, group=group, topic=topic)
+
+
+def _simple_commit_refused(ctx: KafkaContext, group: str) -> _Refusal | None:
+    """UNKNOWN_MEMBER while the Kafka group has members (see the module docstring)."""
+    try:
+        ctx.core.classic.check_simple_commit(group)
+    except GatewayError as exc:
+        return _Refusal(exc, group=group)
+    return None
+
+
 async def offset_commit(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
     cls = response_class(8, header.api_version)
     topic_cls = nested(cls, "OffsetCommitResponseTopic")
     part_cls = nested(cls, "OffsetCommitResponsePartition")
     group = request.group_id
     generation = request.generation_id_or_member_epoch
+    member_id = request.member_id if generation >= 0 else ""
+    refused = _simple_commit_refused(ctx, group) if generation < 0 else None
+    counts: dict[str, int | _Refusal] = {}
     topics = []
     for t in request.topics:
+        if t.name not in counts:
+            counts[t.name] = await _partitions(ctx, t.name, group)
+        count = counts[t.name]
         parts = []
         for p in t.partitions:
             metadata = p.committed_metadata or ""
-            if len(metadata.encode()) > OFFSET_METADATA_MAX:
+            if isinstance(count, _Refusal):
+                code = count.answer(ctx)
+            elif not 0 <= p.partition_index < count:
+                missing = GatewayError(
+                    ErrorCode.UNKNOWN_PARTITION,
+                    f"topic {t.name!r} has {count} partitions, no partition {p.partition_index}",
+                )
+                code = group_error(ctx, "offset_commit", missing, group=group, topic=t.name)
+            elif refused is not None:
+                code = refused.answer(ctx)
+            elif len(metadata.encode()) > OFFSET_METADATA_MAX:
                 code = K.offset_metadata_too_large
                 ctx.count("offset_commit", str(int(code)))
             else:
@@ -41,7 +97,7 @@ async def offset_commit(ctx: KafkaContext, header: RequestHeader, request: Any) 
                     p.committed_offset,
                     metadata,
                     generation,
-                    request.member_id if generation >= 0 else "",
+                    member_id,
                 )
                 try:
                     await ctx.core.execute(cmd)

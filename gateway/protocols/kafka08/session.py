@@ -50,7 +50,7 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
-from gateway.protocols.answers import COALESCE_BYTES, AnswerBudget
+from gateway.protocols.answers import COALESCE_BYTES, WAIT_BYTES, AnswerBudget, holding
 from gateway.protocols.driver import Connection, drive
 from gateway.protocols.kafka import context as modern_context
 from gateway.protocols.kafka import dispatch as modern
@@ -188,6 +188,11 @@ class Session:
         await self._wait_produces(0)  # earlier produces answer first
         if request.api_key == ApiKey.FETCH:
             await io.flush()
+            with holding():  # the answer's share of the pool, given back once it is sent
+                return await self._answer(request, io)
+        return await self._answer(request, io)
+
+    async def _answer(self, request: Request, io: Connection) -> bool:
         try:
             response = await self.handle_request(request)
         except CloseConnection:
@@ -203,13 +208,24 @@ class Session:
         await self._wait_produces(0)
         if request.api_key in _WAITING_APIS:
             await io.flush()  # the answers before it go now, not after its wait
+        if request.api_key == ApiKey.FETCH:
+            with holding():  # the answer's share of the pool, given back once it is sent
+                if not await self._serve_modern(request, io):
+                    return False
+                await io.flush()
+                return not self.kctx.closing
+        if not await self._serve_modern(request, io):
+            return False
+        return not self.kctx.closing  # e.g. a failed SASL exchange: answer, then close
+
+    async def _serve_modern(self, request: ModernRequest, io: Connection) -> bool:
         try:
             answer = await modern.serve(self.kctx, request.payload)
         except modern_context.CloseConnection:
             return False
         if answer is not None:
             io.answer(answer)
-        return not self.kctx.closing  # e.g. a failed SASL exchange: answer, then close
+        return True
 
     async def settle(self, io: Connection) -> None:
         """Before the last flush: every pipelined produce answers first."""
@@ -447,12 +463,7 @@ class Session:
         wanted = self._wanted(body)
         if len(wanted) == 1:  # the common case: the core's long poll does all the waiting
             topic, p = wanted[0]
-            budget = AnswerBudget(self.max_answer_bytes)
-            result, _ = await self._fetch_partition(
-                topic, p, body.max_wait_ms, body.min_bytes, budget
-            )
-            budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
-            results = [(topic, result)]
+            results = [(topic, await self._fetch_one(topic, p, body.max_wait_ms, body.min_bytes))]
         else:
             results = await self._fetch_many(wanted, body.max_wait_ms, body.min_bytes)
         topics: dict[str, list[Any]] = {}
@@ -463,6 +474,26 @@ class Session:
             return c.FETCH_RESPONSE_V1(0, answer)
         return c.FETCH_RESPONSE(answer)
 
+    async def _fetch_one(self, topic: str, p: Any, max_wait_ms: int, min_bytes: int) -> Any:
+        """One partition. A share of the answer pool larger than WAIT_BYTES is not held while
+        waiting at the log end (idle long polls would take the pool from answers with data):
+        read at once, and with less than ``min_bytes`` there, wait holding WAIT_BYTES at most."""
+        budget = await AnswerBudget.take(p.max_bytes, self.max_answer_bytes)
+        if max_wait_ms > 0 and budget.limit > WAIT_BYTES:
+            result, size = await self._fetch_partition(topic, p, 0, 1, budget)
+            if size >= max(1, min_bytes) or size < 0:
+                budget.trim()
+                budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
+                return result
+            budget.release()
+            budget = await AnswerBudget.take_for_wait(p.max_bytes)
+            result, _ = await self._fetch_partition(topic, p, max_wait_ms, min_bytes, budget)
+        else:
+            result, _ = await self._fetch_partition(topic, p, max_wait_ms, min_bytes, budget)
+        budget.trim()
+        budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
+        return result
+
     async def _fetch_many(
         self, wanted: list[tuple[str, Any]], max_wait_ms: int, min_bytes: int
     ) -> list[tuple[str, Any]]:
@@ -472,7 +503,9 @@ class Session:
             out = []
             total = 0
             error = False
-            budget = AnswerBudget(self.max_answer_bytes)
+            budget = await AnswerBudget.take(
+                sum(max(0, p.max_bytes) for _, p in wanted), self.max_answer_bytes
+            )
             for topic, p in wanted:
                 result, size = await self._fetch_partition(topic, p, 0, 1, budget)
                 out.append((topic, result))
@@ -480,12 +513,14 @@ class Session:
                     error = True
                 else:
                     total += size
+            budget.trim()
             return out, total, error, budget
 
         results, total, error, budget = await one_pass()
         if error or max_wait_ms <= 0 or total >= max(1, min_bytes) or not wanted:
             budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
             return results
+        budget.release()
         del results, budget  # nothing worth keeping while waiting
         with trio.move_on_after(max_wait_ms / 1000):
             async with trio.open_nursery() as nursery:

@@ -611,6 +611,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
     if chunk_pos > len(payload):
         raise RemoteProtocolError("consume response: header longer than the frame", "truncated")
     h = payload[:chunk_pos]
+    whole = memoryview(payload)  # chunks are views of the frame: no copy of the record data
     request_id, pos = UINT32.read(h, 4)
     count_topics, pos = UINT8.read(h, pos)
     topics = []
@@ -634,7 +635,7 @@ def decode_consume_response(payload: bytes) -> ConsumeResponse:
                 clen, pos = UINT32.read(h, pos)
                 if chunk_pos + clen > len(payload):
                     raise RemoteProtocolError("consume response: chunk past the end", "truncated")
-                p.chunk = payload[chunk_pos : chunk_pos + clen]
+                p.chunk = whole[chunk_pos : chunk_pos + clen]
                 chunk_pos += clen
             elif err == C_BOUNDARY:
                 _, pos = UINT64.read(h, pos)

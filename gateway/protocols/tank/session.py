@@ -43,7 +43,7 @@ from gateway.observability import (
     REQUESTS,
     labelled,
 )
-from gateway.protocols.answers import AnswerBudget
+from gateway.protocols.answers import AnswerBudget, holding
 from gateway.protocols.base import ConnectionContext
 from gateway.protocols.driver import Connection, drive
 from gateway.protocols.tank.bundle import TANK_BUNDLE, decode_bundle
@@ -342,18 +342,20 @@ class TankSession:
         min_bytes = max(1, req.min_bytes)
         waited = False
         while True:
+            # the answer's share of the pool is held from the read until it was delivered
             async with self.answer_lock:
-                got = await self._read_all(plan.pending) if plan.pending else 0
-                if (
-                    got >= min_bytes
-                    or req.max_wait_ms <= 0
-                    or waited
-                    or self.ctx.shutdown.is_set()
-                    or not plan.pending
-                ):
-                    if deliver is not None:
-                        await deliver(plan.response)
-                    return plan.response
+                with holding():
+                    got = await self._read_all(plan.pending) if plan.pending else 0
+                    if (
+                        got >= min_bytes
+                        or req.max_wait_ms <= 0
+                        or waited
+                        or self.ctx.shutdown.is_set()
+                        or not plan.pending
+                    ):
+                        if deliver is not None:
+                            await deliver(plan.response)
+                        return plan.response
                 # several partitions wait for the first of those that had nothing to get some
                 waiting = plan.pending
                 if len(waiting) > 1:
@@ -395,10 +397,14 @@ class TankSession:
     ) -> int:
         """Read every pending partition now, in request order, within one answer budget; the
         chunk bytes read."""
-        budget = AnswerBudget(self.max_answer_bytes)
+        budget = await AnswerBudget.take(
+            sum(min(cp.fetch_size, MAX_FETCH_SIZE) for _, cp, _, _ in pending),
+            self.max_answer_bytes,
+        )
         got = 0
         for topic, cp, res, offset in pending:
             got += await self._fetch_one(topic, cp, res, offset, budget)
+        budget.trim()
         budget.report(PROTOCOL, self.ctx.log, peer=getattr(self.ctx, "peer", ""))
         return got
 

@@ -4,12 +4,18 @@ versions old and new: configs mapped to the gateway's topic keys, the errors a b
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode as K
 
+from gateway.backends.embedded import EmbeddedBackend, EmbeddedConfig
+from gateway.backends.kafka import KafkaBackend, KafkaConfig
+from gateway.backends.memory import MemoryBackend
+from gateway.core.engine import Core
 from gateway.model import DescribeTopic
 from gateway.protocols.kafka.topics import topic_id
+from tests.backends.servers import opened
 from tests.protocols.kafka.kio_calls import call, make_context, sub
 
 TIMEOUT = datetime.timedelta(seconds=5)
@@ -38,14 +44,14 @@ async def test_create_topics(version: int) -> None:
         creatable(version, "b", 1, **{"compression_type": "zstd"}),
         creatable(version, "c", 0),
         creatable(version, "bad\x01name"),
-        creatable(version, "d", 1, cleanup_policy="compact"),
+        creatable(version, "d", 1, cleanup_policy="lru"),
     )
     got = {t.name: t for t in answer.topics}
     assert got["a"].error_code == K.none
     assert got["b"].error_code == K.invalid_config and "compression.type" in got["b"].error_message
     assert got["c"].error_code == K.invalid_partitions
     assert got["bad\x01name"].error_code == K.invalid_topic_exception
-    assert got["d"].error_code == K.invalid_config
+    assert got["d"].error_code == K.invalid_config and "'lru'" in got["d"].error_message
     info = (await ctx.core.execute(DescribeTopic("a"))).topic
     assert info.partitions == 3 and dict(info.config) == {"retention_ms": "60000"}
     if version >= 5:
@@ -142,3 +148,87 @@ async def test_describe_configs(version: int) -> None:
     assert other_broker.error_code == K.invalid_request
     assert missing.error_code == K.unknown_topic_or_partition
     assert logger.error_code == K.invalid_request
+
+
+def described(answer) -> dict[str, tuple[int, str | None, str | None]]:
+    """Per topic of a CreateTopics v5+ answer: (error code, message, its cleanup.policy)."""
+    return {
+        t.name: (
+            t.error_code,
+            t.error_message,
+            next((c.value for c in t.configs or () if c.name == "cleanup.policy"), None),
+        )
+        for t in answer.topics
+    }
+
+
+KEEP_ALL = {"cleanup_policy": "compact", "retention_ms": "-1", "retention_bytes": "-1"}
+
+
+async def test_cleanup_policy_compact_where_every_record_is_kept(tmp_path: Path) -> None:
+    """The gateway never compacts: ``compact`` is taken where the topic keeps every record (kept
+    whole, the policy remembered), refused naming the retention in the way elsewhere."""
+    embedded = EmbeddedBackend("disk", EmbeddedConfig(retention_ms=3_600_000), tmp_path)
+    async with opened(embedded):
+        core = Core(
+            {"mem": MemoryBackend("mem"), "disk": embedded}, [("disk.*", "disk"), ("*", "mem")]
+        )
+        ctx = make_context(core)
+        answer = await create(
+            ctx,
+            7,
+            creatable(7, "kept", 1, cleanup_policy="compact"),
+            creatable(7, "both", 1, cleanup_policy="delete, compact", retention_ms="1000"),
+            creatable(7, "aged", 1, cleanup_policy="compact", retention_ms="60000"),
+            creatable(7, "disk.default", 1, cleanup_policy="compact"),
+            creatable(7, "disk.kept", 1, **KEEP_ALL),
+        )
+        got = described(answer)
+        assert got["kept"] == (K.none, None, "compact")
+        assert got["both"] == (K.none, None, "compact,delete")
+        assert got["disk.kept"] == (K.none, None, "compact")
+        code, message, _ = got["aged"]
+        assert code == K.invalid_config
+        assert "cleanup.policy" in message and "'compact'" in message
+        assert "retention.ms = 60000" in message
+        code, message, _ = got["disk.default"]
+        assert code == K.invalid_config and "backend 'disk'" in message
+        assert "retention_ms = 3600000" in message
+        made = [*await core.backends["mem"].list_topics(), *await embedded.list_topics()]
+        assert {t.name for t in made} == {"kept", "both", "disk.kept"}  # none of the refused
+        assert dict((await core.topic("disk.kept")).config)["cleanup_policy"] == "compact"
+        keys = ("cleanup.policy",)
+        resources = tuple(
+            sub(
+                32,
+                4,
+                "DescribeConfigsResource",
+                resource_type=2,
+                resource_name=name,
+                configuration_keys=keys,
+            )  # fmt: skip
+            for name in ("kept", "disk.kept", "both")
+        )
+        configs = await call(ctx, 32, 4, resources=resources, include_synonyms=False,
+                             include_documentation=False)  # fmt: skip
+        assert [(r.resource_name, [(c.name, c.value, c.config_source) for c in r.configs])
+                for r in configs.results] == [
+            ("kept", [("cleanup.policy", "compact", 1)]),
+            ("disk.kept", [("cleanup.policy", "compact", 1)]),
+            ("both", [("cleanup.policy", "compact,delete", 1)]),
+        ]  # fmt: skip
+        checked = await create(
+            ctx, 7, creatable(7, "disk.v", 1, cleanup_policy="compact"), validate_only=True
+        )
+        assert checked.topics[0].error_code == K.invalid_config  # validate_only checks it too
+
+
+async def test_cleanup_policy_compact_refused_where_the_backend_has_its_own_retention() -> None:
+    """A Kafka cluster deletes by its own retention (the gateway cannot see it): refused before
+    the cluster is asked anything (this backend is never opened)."""
+    cluster = KafkaBackend("cluster", KafkaConfig(bootstrap="127.0.0.1:1"))
+    ctx = make_context(Core({"cluster": cluster}, [("*", "cluster")]))
+    answer = await create(ctx, 7, creatable(7, "c", 1, **KEEP_ALL))
+    code, message, _ = described(answer)["c"]
+    assert code == K.invalid_config and "backend 'cluster' (kafka)" in message
+    assert "'compact'" in message

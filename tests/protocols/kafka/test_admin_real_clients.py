@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.protocols.kafka.conftest import confluent
 from tests.protocols.kafka.group_clients import Member, admin, wait_for
 from tests.support import GatewayProcess
 
@@ -50,6 +51,31 @@ def test_topics_partitions_and_configs(gateway: GatewayProcess) -> None:
     assert deleted["at-1"] == {"ok": None}
     assert deleted["nope"]["error"] == "UNKNOWN_TOPIC_OR_PART"
     assert counts_after == {}
+
+
+def test_cleanup_policy_compact_is_kept_whole(gateway: GatewayProcess) -> None:
+    """The embedded log keeps every record unless told otherwise: a compact topic is taken and
+    kept whole (a key's every version is read, the latest last); one with retention is not."""
+    bootstrap = "%s:%d" % gateway.address("kafka08")  # noqa: UP031
+    created, configs = admin(
+        bootstrap,
+        ("create_topics", [
+            ["cp-1", 1, {"cleanup.policy": "compact"}],
+            ["cp-2", 1, {"cleanup.policy": "compact", "retention.ms": "60000"}],
+        ]),
+        ("describe_configs", [["topic", "cp-1"]]),
+    )  # fmt: skip
+    assert created["cp-1"] == {"ok": None}
+    refused = created["cp-2"]
+    assert refused["error"] == "INVALID_CONFIG"
+    assert "cleanup.policy" in refused["text"] and "retention.ms = 60000" in refused["text"]
+    assert configs["cp-1"]["cleanup.policy"][0] == "compact"
+    confluent({"bootstrap": bootstrap, "topic": "cp-1", "count": 3})
+    twice = confluent({"bootstrap": bootstrap, "topic": "cp-1", "count": 3})
+    assert twice["errors"] == []
+    assert [(offset, key) for offset, key, *_ in twice["records"]] == [
+        (0, "key-0"), (1, "key-1"), (2, "key-2"), (3, "key-0"), (4, "key-1"), (5, "key-2")
+    ]  # fmt: skip
 
 
 def test_list_describe_and_delete_groups(gateway: GatewayProcess) -> None:

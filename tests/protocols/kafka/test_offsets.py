@@ -1,6 +1,7 @@
 """OffsetCommit v2-v9 and OffsetFetch v2-v9 through the dispatcher: the gateway's one offset
 store (what a Cursus or Kafka 0.8 consumer of the group reads), generation fencing of members,
-all-topics fetches (null topics) and the v8+ batch by group."""
+simple commits refused while the group has members, partitions that do not exist, all-topics
+fetches (null topics) and the v8+ batch by group."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from kio.schema.errors import ErrorCode as K
 from gateway.model import CommitOffset, CreateTopic, FetchOffset
 from tests.protocols.kafka.kio_calls import call, make_context, sub
 from tests.protocols.kafka.test_groups import join
+
+UNKNOWN_TP = K.unknown_topic_or_partition
 
 
 def commit_topics(version: int, topic: str, *pairs: tuple[int, int], metadata: str = "m"):
@@ -82,6 +85,7 @@ async def test_offset_fetch_v8_batches_groups() -> None:
 
 async def test_member_commits_are_fenced_and_metadata_is_bounded() -> None:
     ctx = make_context()
+    await ctx.core.execute(CreateTopic("t", 1))
     joined = await join(ctx, 3)
     me = joined.member_id
     plan = (sub(14, 3, "SyncGroupRequestAssignment", member_id=me, assignment=b""),)
@@ -95,3 +99,61 @@ async def test_member_commits_are_fenced_and_metadata_is_bounded() -> None:
     big = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 2), metadata="x" * 4097), 1, me)
     assert codes(big) == [("t", 0, K.offset_metadata_too_large)]
     assert (await ctx.core.execute(FetchOffset("g", "t", 0))).offset == 1
+
+
+async def test_simple_commit_into_a_group_with_members_is_unknown_member() -> None:
+    ctx = make_context()
+    await ctx.core.execute(CreateTopic("t", 2))
+    me = (await join(ctx, 3)).member_id
+    plan = (sub(14, 3, "SyncGroupRequestAssignment", member_id=me, assignment=b""),)
+    await call(ctx, 14, 3, group_id="g", generation_id=1, member_id=me, assignments=plan)
+    topics = commit_topics(7, "t", (0, 5), (1, 5)) + commit_topics(7, "nope", (0, 5))
+    refused = await commit(ctx, 7, "g", topics)
+    # every partition the group would take is refused; a missing topic is missing first
+    assert codes(refused) == [
+        ("t", 0, K.unknown_member_id), ("t", 1, K.unknown_member_id), ("nope", 0, UNKNOWN_TP)
+    ]  # fmt: skip
+    big = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 5), metadata="x" * 5000))
+    assert codes(big) == [("t", 0, K.unknown_member_id)]  # the group answers first
+    assert (await ctx.core.execute(FetchOffset("g", "t", 0))).offset == -1
+    # a group without members takes it; so does g from another protocol (a Cursus or 0.8
+    # consumer commits through the core as ever)
+    free = await commit(ctx, 7, "free", commit_topics(7, "t", (0, 5)))
+    assert codes(free) == [("t", 0, K.none)]
+    await ctx.core.execute(CommitOffset("g", "t", 1, 4))
+    assert (await ctx.core.execute(FetchOffset("g", "t", 1))).offset == 4
+    # the member's own commit still goes in
+    mine = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 2)), 1, me)
+    assert codes(mine) == [("t", 0, K.none)]
+    # once the last member has left, the group is empty and takes simple commits again
+    left = await call(ctx, 13, 1, group_id="g", member_id=me)
+    assert left.error_code == K.none
+    again = await commit(ctx, 2, "g", commit_topics(2, "t", (0, 6), (1, 6)))
+    assert codes(again) == [("t", 0, K.none), ("t", 1, K.none)]
+    assert (await ctx.core.execute(FetchOffset("g", "t", 0))).offset == 6
+
+
+async def test_commit_for_a_missing_topic_or_partition_stores_nothing() -> None:
+    ctx = make_context()
+    await ctx.core.execute(CreateTopic("t", 2))
+    lookups: list[str] = []
+    looked_up = ctx.core.topic
+
+    async def counted(name: str, create: bool = False):
+        lookups.append(name)
+        return await looked_up(name, create)
+
+    ctx.core.topic = counted  # type: ignore[method-assign]
+    topics = (
+        commit_topics(5, "t", (0, 3), (2, 3), (-1, 3))
+        + commit_topics(5, "nope", (0, 3), (1, 3))
+        + commit_topics(5, "t", (1, 4))
+    )
+    answer = await commit(ctx, 5, "g", topics)
+    assert codes(answer) == [
+        ("t", 0, K.none), ("t", 2, UNKNOWN_TP), ("t", -1, UNKNOWN_TP),
+        ("nope", 0, UNKNOWN_TP), ("nope", 1, UNKNOWN_TP), ("t", 1, K.none),
+    ]  # fmt: skip
+    assert sorted(lookups) == ["nope", "t"]  # one lookup per topic, not per partition
+    stored = [(t, p, o.offset) for t, p, o in await ctx.core.groups.committed("g")]
+    assert stored == [("t", 0, 3), ("t", 1, 4)]

@@ -4,12 +4,14 @@ each op's outcome (its result, or the error's name and text) is one element of t
 JSON list. Ops: create_topics [[name, partitions, config]], create_partitions [[name, total]],
 delete_topics [names], describe_configs [[kind, name, [keys]]], list_groups, describe_groups
 [names], delete_groups [names], topics [names] (their partition counts), produce [topic,
-per_partition, partitions]."""
+per_partition, partitions], commit [group, [[topic, partition, offset], ...]] (a consumer that
+assigns itself partitions commits, as after ``assign()``: its outcome per "topic/partition", or
+the request's error), committed [group, [[topic, partition], ...]] (the offsets read back)."""
 
 import json
 import sys
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 args = json.loads(sys.argv[1])
@@ -77,6 +79,25 @@ def run(op, a):
             for i in range(per_partition):
                 producer.produce(topic, value=b"v-%d-%d" % (p, i), partition=p)
         return producer.flush(30)
+    if op in ("commit", "committed"):
+        group, wanted = a
+        consumer = Consumer(
+            {"bootstrap.servers": args["bootstrap"], "group.id": group, "enable.auto.commit": False}
+        )
+        try:
+            if op == "committed":
+                tps = consumer.committed([TopicPartition(t, p) for t, p in wanted], timeout=10)
+                return {f"{tp.topic}/{tp.partition}": tp.offset for tp in tps}
+            tps = [TopicPartition(t, p, o) for t, p, o in wanted]
+            try:
+                done = consumer.commit(offsets=tps, asynchronous=False)
+            except KafkaException as exc:
+                return {"error": exc.args[0].name()}
+            return {
+                f"{tp.topic}/{tp.partition}": tp.error.name() if tp.error else "ok" for tp in done
+            }
+        finally:
+            consumer.close()
     raise ValueError(op)
 
 
