@@ -1,11 +1,13 @@
 """A Produce carrying a megabyte of zstd that holds a million tiny records, through the Kafka
 listener's session in-process (tests.protocols.driving): while its records are checked, other
 tasks of the event loop keep running (the check goes in steps of ``max_records_per_step``), the
-batch is stored whole, and the stepped batch is counted under that key."""
+batch is stored whole, and the stepped batch is counted under that key; then the same over a
+real gateway process with a bystander, and confluent-kafka batching with zstd."""
 
 from __future__ import annotations
 
 import datetime
+import socket
 import struct
 from typing import Any
 
@@ -18,7 +20,9 @@ from gateway.backends.kafka.records import BATCH_BODY, BATCH_HEAD, compress, var
 from gateway.observability import LIMIT_HITS
 from tests.protocols.driving import driven
 from tests.protocols.kafka.conftest import confluent, expected, metric
+from tests.protocols.kafka.test_bad_input import send
 from tests.protocols.kafka.test_dispatch import read_response, request_payload
+from tests.reliability.hostile import Bystander, Footprint
 from tests.support import GatewayProcess
 
 TOPIC = "huge"
@@ -35,8 +39,8 @@ def tiny_records(n: int) -> bytes:
     return b"".join(out)
 
 
-def zstd_batch(n: int) -> bytes:
-    payload = compress(4, tiny_records(n))
+def zstd_batch(n: int, records: bytes | None = None) -> bytes:
+    payload = compress(4, tiny_records(n) if records is None else records)
     body = BATCH_BODY.pack(4, n - 1, BASE_MS, BASE_MS, -1, -1, -1, n) + payload
     return BATCH_HEAD.pack(0, 9 + len(body), -1, 2, crc32c.crc32c(body)) + body
 
@@ -150,3 +154,34 @@ def test_confluent_zstd_batches_checked_in_steps_store_every_record_once(tmp_pat
     assert sorted(out["offsets"]) == list(range(count))
     assert out["records"] == expected(count)
     assert stepped >= 1  # at least one batch was large enough to be checked in steps
+
+
+def test_huge_batches_over_a_socket_while_another_client_is_answered(tmp_path: Any) -> None:
+    """A real gateway: three million-record batches stored one after the other while the
+    bystander's probes are answered; a batch whose records would inflate to 128 MiB gets
+    MESSAGE_TOO_LARGE; the process holds no more than before once they are done."""
+    batch = zstd_batch(RECORDS)
+    bomb = zstd_batch(1, bytes(128 << 20))
+    with GatewayProcess(tmp_path, listeners={"kafka08": {}}) as gw:
+        baseline = Footprint.of(gw)
+        before = metric(
+            gw, "gateway_limit_hits_total", limit="max_records_per_step", protocol="kafka08"
+        )
+        with (
+            Bystander(gw) as bystander,
+            socket.create_connection(gw.address("kafka08"), timeout=30) as sock,
+        ):
+            read_response(send(sock, metadata_creating_the_topic()[4:]), 3, 9)
+            stored = []
+            for _ in range(3):
+                _corr, got = read_response(send(sock, produce(batch)[4:]), 0, 9)
+                stored += [(int(p.error_code), p.base_offset) for p in parts(got)]
+            _corr, refused = read_response(send(sock, produce(bomb)[4:]), 0, 9)
+        bystander.check()
+        assert stored == [(0, 0), (0, RECORDS), (0, 2 * RECORDS)]
+        assert [int(p.error_code) for p in parts(refused)] == [10]  # MESSAGE_TOO_LARGE
+        after = metric(
+            gw, "gateway_limit_hits_total", limit="max_records_per_step", protocol="kafka08"
+        )
+        assert after == before + 3
+        Footprint.of(gw).check_within(baseline)
