@@ -182,7 +182,8 @@ def check(gw: GatewayProcess, ledger: Ledger) -> None:
         missing = set(acked) - set(stored)
         assert not missing, f"{protocol}: acknowledged records lost: {sorted(missing)[:5]}"
         # acknowledged records keep their relative order and come before unacknowledged ones
-        positions = [stored.index(v) for v in acked]
+        at = {v: i for i, v in enumerate(stored)}  # values are unique (checked above)
+        positions = [at[v] for v in acked]
         assert positions == sorted(positions)
     hw = {
         p["partition"]: p["high_watermark"] for p in admin(gw, "/v1/topics/crash.kafka08/offsets")
