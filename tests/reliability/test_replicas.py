@@ -39,6 +39,11 @@ LEASE_MS = 2000  # server.group_lease_ms
 PROTOCOLS = ("cursus", "iggy", "kafka08")
 PRODUCER = Path(__file__).parent / "clients" / "kafka_python_producer.py"
 USERS = [{"username": "iggy", "password": "iggy"}]
+KAFKA_GROUP_TIMINGS = {
+    "group_session_timeout_ms": 3000,
+    "group_heartbeat_ms": 300,
+    "group_rebalance_timeout_ms": 1000,
+}
 
 
 class Replicas:
@@ -63,7 +68,9 @@ def backend_server(tmp_path: Path, kind: str) -> Iterator[dict[str, Any]]:
             yield {"type": "nats", "url": nats.url}
     else:
         with TansuServer() as tansu:
-            yield {"type": "kafka", "bootstrap": tansu.bootstrap}
+            # shorter group timings than the defaults (6 s session, 3 s rounds): each join
+            # waits out one rebalance round, and a killed replica leaves after its session
+            yield {"type": "kafka", "bootstrap": tansu.bootstrap} | KAFKA_GROUP_TIMINGS
 
 
 def reserve_port() -> socket.socket:
