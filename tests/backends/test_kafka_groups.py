@@ -57,7 +57,10 @@ def describe(gw: GatewayProcess, group: str) -> dict[str, Any]:
         return json.loads(resp.read())
 
 
-TIMINGS = {"group_heartbeat_ms": 200, "group_rebalance_timeout_ms": 2000}
+TIMINGS = {
+    "group_heartbeat_ms": 200,
+    "group_rebalance_timeout_ms": 1000,
+}
 
 
 def kafka_backend(cluster: GatewayProcess, **extra: Any) -> dict[str, Any]:
