@@ -86,20 +86,32 @@ KAFKA_PYTHON_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from kafka import KafkaConsumer, TopicPartition
+    want = int(sys.argv[4])
+    # up to 30 s for the records the test expects, then 0.5 s of quiet proves nothing follows
     c = KafkaConsumer(bootstrap_servers=sys.argv[1], api_version=(0, 8, 2),
-                      enable_auto_commit=False, consumer_timeout_ms=4000)
+                      enable_auto_commit=False, consumer_timeout_ms=30000 if want else 500)
     tp = TopicPartition(sys.argv[2], 0)
     c.assign([tp])
     c.seek(tp, int(sys.argv[3]))
-    print(json.dumps([[m.offset, m.value.decode()] for m in c]))
+    got = []
+    for m in c:
+        got.append([m.offset, m.value.decode()])
+        if len(got) >= want:
+            c.config["consumer_timeout_ms"] = 500
+    print(json.dumps(got))
     """
 )
 
 
-def kafka_python_08(gw: GatewayProcess, topic: str, start: int = 0) -> list[tuple[int, str]]:
+def kafka_python_08(
+    gw: GatewayProcess, topic: str, want: int, start: int = 0
+) -> list[tuple[int, str]]:
+    """(offset, value) of every record kafka-python in 0.8 mode reads from ``start``: it waits
+    for ``want`` records (the count the test expects), then stops after 0.5 s without more."""
     host, port = gw.address("kafka08")
+    args = [f"{host}:{port}", topic, str(start), str(want)]
     done = subprocess.run(
-        [str(KAFKA_PYTHON_08), "-c", KAFKA_PYTHON_SCRIPT, f"{host}:{port}", topic, str(start)],
+        [str(KAFKA_PYTHON_08), "-c", KAFKA_PYTHON_SCRIPT, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -115,7 +127,7 @@ def test_batches_of_every_codec_written_by_confluent_kafka_are_read(tansu, gatew
     want = [(r["offset"], r["value"]) for r in acked]
     assert [o for o, _ in want] == list(range(60))
     assert kcat_08(gateway, topic) == want
-    assert kafka_python_08(gateway, topic) == want
+    assert kafka_python_08(gateway, topic, len(want)) == want
 
 
 def test_committed_transactions_only_with_the_clusters_offsets(tansu, gateway):
@@ -128,14 +140,15 @@ def test_committed_transactions_only_with_the_clusters_offsets(tansu, gateway):
     committed = [(r["offset"], r["value"]) for r in written if r["committed"]]
     assert [o for o, _ in committed] == [0, 1, 2, 7, 8, 9]
     assert kcat_08(gateway, topic) == committed
-    assert kafka_python_08(gateway, topic) == committed
+    assert kafka_python_08(gateway, topic, len(committed)) == committed
     assert kcat_08(gateway, topic, "3") == committed[3:]
-    assert kafka_python_08(gateway, topic, 5) == committed[3:]
+    assert kafka_python_08(gateway, topic, 3, start=5) == committed[3:]
     assert kcat_08(gateway, topic, "10") == []  # the last marker: the end, not out of range
     later = confluent(tansu, topic, "codec", "lz4", "2")
     assert [r["offset"] for r in later] == [11, 12]
     assert kcat_08(gateway, topic, "10") == [(r["offset"], r["value"]) for r in later]
-    assert kafka_python_08(gateway, topic) == committed + [(r["offset"], r["value"]) for r in later]
+    every = committed + [(r["offset"], r["value"]) for r in later]
+    assert kafka_python_08(gateway, topic, len(every)) == every
 
 
 async def test_backend_isolation_levels_and_the_range_it_names(tansu):
