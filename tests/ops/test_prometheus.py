@@ -70,7 +70,7 @@ class Prometheus:
     def __init__(self, tmp: Path, target: str, rules: Path) -> None:
         self.port = free_port()
         config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "global": {"scrape_interval": "500ms", "evaluation_interval": "500ms"},
             "rule_files": [str(rules)],
             "scrape_configs": [{"job_name": "gateway", "static_configs": [{"targets": [target]}]}],
         }
