@@ -203,6 +203,15 @@ class Collector:
         self.thread.join(10)
 
 
+def close_all(collectors: list[Collector]) -> None:
+    """Close the consumers at once (each close waits about a second for its worker threads)."""
+    threads = [threading.Thread(target=col.close) for col in collectors]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+
 def produce(r: Replicas, tmp_path: Path, tag: str, count: int) -> subprocess.Popen[str]:
     args = {
         "port": r.front("kafka08")[1],
@@ -317,8 +326,7 @@ def test_cursus_group_over_two_replicas_survives_a_sigkill(tmp_path: Path) -> No
             # whose new owners re-read from the committed offsets, as they should)
             got = [list(col.got) for col in collectors]
         finally:
-            for col in collectors:
-                col.close()
+            close_all(collectors)
         # (errors are the dying replica's connections, retried; printed for the record)
         print("client errors:", [[repr(e) for e in col.errors] for col in collectors])
         # one owner per partition, so no record reached two members
