@@ -382,8 +382,9 @@ def test_iggy_group_over_two_replicas_rebalances_after_a_sigkill(tmp_path: Path,
             await clients[0].call(c.CreateStream(1, "s"))
             await clients[0].call(c.CreateTopic(s, 1, 8, 0, "t"))
             await clients[0].call(c.CreateConsumerGroup(s, t, 7))
-            for cl in clients:
-                await cl.call(c.JoinConsumerGroup(s, t, 7))
+            async with trio.open_nursery() as nursery:  # each join waits for a round
+                for cl in clients:
+                    nursery.start_soon(cl.call, c.JoinConsumerGroup(s, t, 7))
             group = c.Consumer(c.ConsumerKind.CONSUMER_GROUP, c.Identifier(7))
             records = [c.Message(0, b"r%d" % i) for i in range(80)]
             await clients[0].send_messages(1, 1, records)
