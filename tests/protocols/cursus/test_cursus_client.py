@@ -147,9 +147,10 @@ async def test_two_members_share_the_partitions(tmp_path):
                     while len({p for _, _, p, _ in a.got + b.got}) < 40:
                         await trio.sleep(0.05)
             finally:
-                await trio.to_thread.run_sync(a.close)
-                if b is not None:
-                    await trio.to_thread.run_sync(b.close)
+                async with trio.open_nursery() as nursery:  # each close takes a second or two
+                    for col in (a, b):
+                        if col is not None:
+                            nursery.start_soon(trio.to_thread.run_sync, col.close)
             assert a.error is None and b.error is None
             parts_a = {q for q, *_ in a.got}
             parts_b = {q for q, *_ in b.got}
