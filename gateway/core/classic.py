@@ -562,13 +562,16 @@ class ClassicGroups:
                 f"generation {generation} is not the group's current {group.generation}",
             )
 
-    def check_generation(self, name: str, member_id: str, generation: int) -> None:
+    def check_generation(
+        self, name: str, member_id: str, generation: int, instance_id: str | None = None
+    ) -> None:
         """A member's commit: refused unless it is a member of the current generation. While
         the members join again the current generation still commits (what an eager consumer
         does as it gives its partitions up); while they wait for the leader's assignment,
-        REBALANCE_IN_PROGRESS. Kafka's order: an unknown member first, then a wrong
-        generation, then the rebalance."""
-        group, member = self._member(name, member_id, None)
+        REBALANCE_IN_PROGRESS. Kafka's order: a fenced static instance, an unknown member,
+        then a wrong generation (-1 included: a member's id without its generation), then the
+        rebalance."""
+        group, member = self._member(name, member_id, instance_id)
         member.last_seen = trio.current_time()
         if generation != group.generation:
             raise GatewayError(
@@ -590,6 +593,22 @@ class ClassicGroups:
                 f"group {name!r} has {len(group.members)} members: only they commit offsets "
                 "(this commit has no member id and generation)",
             )
+
+    async def exists(self, name: str) -> bool:
+        """Whether a Kafka broker would know group ``name``: a group with members (of either
+        kind), a snapshot (a group whose members have all gone), or committed offsets (a
+        group of simple consumers). A member's commit into a group that does not exist is
+        ILLEGAL_GENERATION, into one that does UNKNOWN_MEMBER. A store that cannot answer
+        counts as a yes (the commit then gets the answer of an existing group)."""
+        if self.get(name) is not None or self.coordinator.has_members(name):
+            return True
+        try:
+            if await self.coordinator.stored(name) is not None:
+                return True
+            return bool(await self.coordinator.committed(name))
+        except GatewayError as exc:
+            log.warning("group_existence_unknown", group=name, error=exc.message)
+            return True
 
     async def leave(self, name: str, member_id: str, instance_id: str | None = None) -> None:
         group = self.get(name)
