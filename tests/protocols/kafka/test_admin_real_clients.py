@@ -116,3 +116,21 @@ def test_list_describe_and_delete_groups(gateway: GatewayProcess) -> None:
     assert deleted == {"admin-g": {"ok": None}}
     assert all(name != "admin-g" for name, _ in listed_after)
     assert again["admin-g"]["error"] == "GROUP_ID_NOT_FOUND"
+
+
+def test_a_compacted_topic_refuses_a_record_without_a_key(gateway: GatewayProcess) -> None:
+    """As a broker's compacted topic: confluent-kafka's record without a key fails delivery
+    with INVALID_RECORD (its batch with it), keyed records (an empty key too) are stored; a
+    topic of the delete policy takes records without a key."""
+    bootstrap = "%s:%d" % gateway.address("kafka08")  # noqa: UP031
+    created, keyless, keyed, plain = admin(
+        bootstrap,
+        ("create_topics", [["ck-1", 1, {"cleanup.policy": "compact"}], ["ck-2", 1, {}]]),
+        ("produce_keys", ["ck-1", [None]]),
+        ("produce_keys", ["ck-1", ["a", "", "a"]]),
+        ("produce_keys", ["ck-2", [None, "a"]]),
+    )
+    assert created == {"ck-1": {"ok": None}, "ck-2": {"ok": None}}
+    assert [fate["error"] for fate in keyless] == ["INVALID_RECORD"]
+    assert keyed == [{"ok": 0}, {"ok": 1}, {"ok": 2}]  # nothing of the refused batch stored
+    assert plain == [{"ok": 0}, {"ok": 1}]
