@@ -3,11 +3,12 @@ codec, headers and timestamps kept; idempotent producers (producer id >= 0) go t
 core's per-partition (producer id, epoch, sequence) check, so a retried batch is answered with
 its first offsets and stored once, and a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER.
 
-A topic created with ``cleanup.policy=compact`` takes only records with a key, as a broker's
-compacted topic: a batch holding a record without one (a null key; an empty key is a key) is
-INVALID_RECORD, with the broker's message and the first such record's index in the record
-errors (v8+). Whether a topic is compacted is looked up once per topic of a request, on the
-backends where such a topic can be created."""
+A topic created with ``cleanup.policy=compact`` (or ``compact,delete``) takes only records with
+a key, as a broker's compacted topic: a batch holding a record without one (a null key; an
+empty key is a key) is INVALID_RECORD, with the broker's message and the first such record's
+index in the record errors (v8+). Whether a topic is compacted is looked up once per topic of
+a request, on the memory, embedded and NATS backends (elsewhere a look-up would cost a round
+trip to an upstream server on every produce)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,10 @@ async def run_steps(steps: Steps[T], stepped: Callable[[], None]) -> T:
 
 
 async def _compacted(ctx: KafkaContext, topic: str) -> bool:
-    """Whether ``topic`` was created with ``cleanup.policy=compact`` (only where the gateway
-    takes that policy; a topic it cannot look up is produced to as ever, which answers why)."""
+    """Whether ``topic`` was created with a ``cleanup.policy`` of ``compact`` or
+    ``compact,delete`` (a broker's compacted topic either way), on a backend where the gateway
+    remembers the policy (others would cost a round trip to an upstream server per request); a
+    topic it cannot look up is produced to as ever, which answers why."""
     backend = ctx.core.router.backend_for(topic)
     if backend.type_name not in KEEPS_RECORDS_UNLESS_TOLD:
         return False
@@ -65,7 +68,7 @@ async def _compacted(ctx: KafkaContext, topic: str) -> bool:
         info = await backend.topic(topic)
     except GatewayError:
         return False
-    return dict(info.config).get(CLEANUP_KEY) == "compact"
+    return "compact" in dict(info.config).get(CLEANUP_KEY, "").split(",")
 
 
 def _acks(acks: int) -> Acks:

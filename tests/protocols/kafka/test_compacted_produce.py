@@ -1,8 +1,8 @@
-"""Produce into a topic created with ``cleanup.policy=compact``, through the dispatcher (a real
-Core on the memory backend): a batch with a record without a key is INVALID_RECORD with the
-broker's message (and, v8+, the record's index), nothing of it stored; keyed records (an empty
-key is a key) go in; other topics take keyless records as ever; the topic is looked up once a
-request."""
+"""Produce into a topic created with ``cleanup.policy=compact`` (or ``compact,delete``),
+through the dispatcher (a real Core on the memory backend): a batch with a record without a key
+is INVALID_RECORD with the broker's message (and, v8+, the record's index), nothing of it
+stored; keyed records (an empty key is a key) go in; other topics take keyless records as ever;
+the topic is looked up once a request."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ async def test_a_compacted_topic_refuses_records_without_a_key(version: int) -> 
     ctx = make_context()
     await ctx.core.execute(CreateTopic("c", 2, COMPACT))
     await ctx.core.execute(CreateTopic("d", 1))
+    await ctx.core.execute(CreateTopic("cd", 1, (("cleanup_policy", "compact,delete"),)))
     backend = ctx.core.router.backend_for("c")
     looked_up: list[str] = []
     topic = backend.topic
@@ -72,6 +73,7 @@ async def test_a_compacted_topic_refuses_records_without_a_key(version: int) -> 
         ("c", ((0, batch(b"a", None, b"b", None, codec=2)), (1, batch(b"a", b"")))),
         ("d", ((0, batch(None)),)),
         ("c", ((1, batch(None)),)),
+        ("cd", ((0, batch(b"a", None)),)),
     )
     got = results(answer)
     assert got == [
@@ -79,6 +81,7 @@ async def test_a_compacted_topic_refuses_records_without_a_key(version: int) -> 
         ("c", 1, K.none, None),
         ("d", 0, K.none, None),
         ("c", 1, K.invalid_record, NO_KEY.format("c-1") if version >= 8 else None),
+        ("cd", 0, K.invalid_record, NO_KEY.format("cd-0") if version >= 8 else None),
     ]
     if version >= 8:
         errors = [
@@ -86,8 +89,11 @@ async def test_a_compacted_topic_refuses_records_without_a_key(version: int) -> 
             for t in answer.responses
             for p in t.partition_responses
         ]
-        assert errors == [[(1, NO_KEY.format("c-0"))], [], [], [(0, NO_KEY.format("c-1"))]]
-    assert sorted(looked_up) == ["c", "d"]  # once per topic of the request, not per batch
+        assert errors == [
+            [(1, NO_KEY.format("c-0"))], [], [], [(0, NO_KEY.format("c-1"))],
+            [(1, NO_KEY.format("cd-0"))],
+        ]  # fmt: skip
+    assert sorted(looked_up) == ["c", "cd", "d"]  # once per topic of the request, not per batch
     # nothing of a refused batch is stored: c-0 is empty, c-1 holds the keyed batch only
     assert (await backend.partition_info("c", 0)).high_watermark == 0
     assert (await backend.partition_info("c", 1)).high_watermark == 2
