@@ -14,6 +14,7 @@ from kio.static.primitive import i32Timedelta
 
 from gateway.backends.kafka.records import encode_batch
 from gateway.model import CreateTopic, Record
+from gateway.observability import REGISTRY
 from tests.protocols.kafka.kio_calls import call, make_context, sub
 
 TS = 1_700_000_000_000_000
@@ -67,6 +68,8 @@ async def test_a_compacted_topic_refuses_records_without_a_key(version: int) -> 
         return await topic(name)
 
     backend.topic = counted  # type: ignore[method-assign]
+    refusals = {"protocol": "kafka08", "kind": "keyless_record"}
+    before = REGISTRY.get_sample_value("gateway_protocol_errors_total", refusals) or 0
     answer = await produce(
         ctx,
         version,
@@ -93,6 +96,7 @@ async def test_a_compacted_topic_refuses_records_without_a_key(version: int) -> 
             [(1, NO_KEY.format("c-0"))], [], [], [(0, NO_KEY.format("c-1"))],
             [(1, NO_KEY.format("cd-0"))],
         ]  # fmt: skip
+    assert REGISTRY.get_sample_value("gateway_protocol_errors_total", refusals) == before + 3
     assert sorted(looked_up) == ["c", "cd", "d"]  # once per topic of the request, not per batch
     # nothing of a refused batch is stored: c-0 is empty, c-1 holds the keyed batch only
     assert (await backend.partition_info("c", 0)).high_watermark == 0
