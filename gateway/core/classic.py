@@ -26,11 +26,13 @@ member receives its part. The coordinator only runs the rounds:
 Committed offsets are the gateway's one store (:meth:`GroupCoordinator.commit`), keyed by
 (group, topic, partition) like every other protocol's. The Kafka listener refuses a commit
 without a member id and generation (``assign()`` and commit) into a group that has members
-(:meth:`ClassicGroups.check_simple_commit`), as Kafka does; the other protocols' commits into
-the one store are not Kafka's business and are not checked. Groups live in this process (the
-gateway answers FindCoordinator with itself); a group is forgotten when its last member has
-gone, after its snapshot (generation, members, decoded assignment) was written like the other
-groups', so ``gateway groups`` shows it and a later round continues its generation numbering.
+(:meth:`ClassicGroups.check_simple_commit`), as Kafka does, and a member's commit into a group
+that does not exist (:meth:`ClassicGroups.exists`) with ILLEGAL_GENERATION; the other
+protocols' commits into the one store are not Kafka's business and are not checked. Groups
+live in this process (the gateway answers FindCoordinator with itself); a group is forgotten
+when its last member has gone, after its snapshot (generation, members, decoded assignment)
+was written like the other groups', so ``gateway groups`` shows it and a later round continues
+its generation numbering.
 A group name is used by one kind of member at a time: a client-assigned join into a group with
 server-assigned members (and the reverse) is INCONSISTENT_GROUP_PROTOCOL, as Kafka answers a
 member of another protocol type.
