@@ -387,12 +387,6 @@ def _check_span(
     return _walk(buf, pos, end, upto, ts_lo, ts_hi, first, max_bytes, keyless)
 
 
-def _check_records(buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int) -> None:
-    """Every record checked in one go."""
-    _, pos = _check_span(buf, pos, end, 0, count, ts_lo, ts_hi, _FAR)
-    _trailing(pos, end, count)
-
-
 def _check_steps(
     buf: bytes,
     pos: int,
