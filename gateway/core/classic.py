@@ -26,11 +26,13 @@ member receives its part. The coordinator only runs the rounds:
 Committed offsets are the gateway's one store (:meth:`GroupCoordinator.commit`), keyed by
 (group, topic, partition) like every other protocol's. The Kafka listener refuses a commit
 without a member id and generation (``assign()`` and commit) into a group that has members
-(:meth:`ClassicGroups.check_simple_commit`), as Kafka does; the other protocols' commits into
-the one store are not Kafka's business and are not checked. Groups live in this process (the
-gateway answers FindCoordinator with itself); a group is forgotten when its last member has
-gone, after its snapshot (generation, members, decoded assignment) was written like the other
-groups', so ``gateway groups`` shows it and a later round continues its generation numbering.
+(:meth:`ClassicGroups.check_simple_commit`), as Kafka does, and a member's commit into a group
+that does not exist (:meth:`ClassicGroups.exists`) with ILLEGAL_GENERATION; the other
+protocols' commits into the one store are not Kafka's business and are not checked. Groups
+live in this process (the gateway answers FindCoordinator with itself); a group is forgotten
+when its last member has gone, after its snapshot (generation, members, decoded assignment)
+was written like the other groups', so ``gateway groups`` shows it and a later round continues
+its generation numbering.
 A group name is used by one kind of member at a time: a client-assigned join into a group with
 server-assigned members (and the reverse) is INCONSISTENT_GROUP_PROTOCOL, as Kafka answers a
 member of another protocol type.
@@ -562,13 +564,16 @@ class ClassicGroups:
                 f"generation {generation} is not the group's current {group.generation}",
             )
 
-    def check_generation(self, name: str, member_id: str, generation: int) -> None:
+    def check_generation(
+        self, name: str, member_id: str, generation: int, instance_id: str | None = None
+    ) -> None:
         """A member's commit: refused unless it is a member of the current generation. While
         the members join again the current generation still commits (what an eager consumer
         does as it gives its partitions up); while they wait for the leader's assignment,
-        REBALANCE_IN_PROGRESS. Kafka's order: an unknown member first, then a wrong
-        generation, then the rebalance."""
-        group, member = self._member(name, member_id, None)
+        REBALANCE_IN_PROGRESS. Kafka's order: a fenced static instance, an unknown member,
+        then a wrong generation (-1 included: a member's id without its generation), then the
+        rebalance."""
+        group, member = self._member(name, member_id, instance_id)
         member.last_seen = trio.current_time()
         if generation != group.generation:
             raise GatewayError(
@@ -590,6 +595,22 @@ class ClassicGroups:
                 f"group {name!r} has {len(group.members)} members: only they commit offsets "
                 "(this commit has no member id and generation)",
             )
+
+    async def exists(self, name: str) -> bool:
+        """Whether a Kafka broker would know group ``name``: a group with members (of either
+        kind), a snapshot (a group whose members have all gone), or committed offsets (a
+        group of simple consumers). A member's commit into a group that does not exist is
+        ILLEGAL_GENERATION, into one that does UNKNOWN_MEMBER. A store that cannot answer
+        counts as a yes (the commit then gets the answer of an existing group)."""
+        if self.get(name) is not None or self.coordinator.has_members(name):
+            return True
+        try:
+            if await self.coordinator.stored(name) is not None:
+                return True
+            return bool(await self.coordinator.committed(name))
+        except GatewayError as exc:
+            log.warning("group_existence_unknown", group=name, error=exc.message)
+            return True
 
     async def leave(self, name: str, member_id: str, instance_id: str | None = None) -> None:
         group = self.get(name)

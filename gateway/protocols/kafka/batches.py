@@ -38,6 +38,15 @@ class InvalidBatch(ValueError):
         self.code = code
 
 
+class KeylessRecord(InvalidBatch):
+    """A record without a key (null, not empty) in a batch for a compacted topic: Kafka's
+    INVALID_RECORD. ``index`` is the first such record's place in its batch."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"record {index} has no key (the topic is compacted)", INVALID_RECORD)
+        self.index = index
+
+
 CORRUPT_MESSAGE = 2
 MESSAGE_TOO_LARGE = 10
 INVALID_RECORD = 87
@@ -143,6 +152,9 @@ _Z2 = [0] * (128 + (128 << 7))
 _A1 = tuple(1 + max(n, 0) if n >= -1 else _FAR for n in _Z1)
 _A2 = [_FAR] * len(_Z2)
 _K1 = tuple(1 + n if n >= 0 else _FAR for n in _Z1)  # a header key: not null
+_A1_KEYED = tuple(_FAR if n == -1 else a for n, a in zip(_Z1, _A1, strict=True))
+"""``_A1`` for the key of a record of a compacted topic: a null key stops the fast walk (at no
+cost per record), and :func:`_walk` notes it."""
 for _b in range(128, 256):
     for _c in range(128):
         _n = _zz((_b & 0x7F) | (_c << 7))
@@ -151,14 +163,18 @@ for _b in range(128, 256):
 del _b, _c, _n
 
 
-def _fast_walk(buf: bytes, pos: int, count: int, first: int = 0) -> tuple[int, int]:
+def _fast_walk(
+    buf: bytes, pos: int, count: int, first: int = 0, keyed: bool = False
+) -> tuple[int, int]:
     """(i, position of record i): records ``first``..i-1 from ``pos`` are well formed (see
     :func:`_walk`); record i is the first this walk does not vouch for (i == count: none), well
     formed or not: it takes records whose varints are one or two bytes, header names below 64
     bytes and timestamp deltas within +-8191 (the caller checks these fit), and leaves the rest
     to :func:`_walk`, which goes on from record i. Table look-ups instead of arithmetic: the
-    common case at about the cost of walking the lengths alone."""
+    common case at about the cost of walking the lengths alone. ``keyed``: a record with a
+    null key is left to :func:`_walk` too (a compacted topic's)."""
     z1, z2, a1, a2, k1 = _Z1, _Z2, _A1, _A2, _K1
+    ka1 = _A1_KEYED if keyed else _A1
     i = first
     try:
         for i in range(first, count):
@@ -190,7 +206,7 @@ def _fast_walk(buf: bytes, pos: int, count: int, first: int = 0) -> tuple[int, i
                 p += 2
             b = buf[p]  # the key
             if b < 0x80:
-                p += a1[b]
+                p += ka1[b]
             else:
                 c = buf[p + 1]
                 if c >= 0x80:
@@ -244,6 +260,7 @@ def _walk(
     ts_hi: int,
     first: int = 0,
     max_bytes: int = _FAR,
+    keyless: list[int] | None = None,
 ) -> tuple[int, int]:
     """Check every record of a batch as a broker does, without building objects: its length
     prefix; its timestamp delta within ``ts_lo``..``ts_hi``; its offset delta (record i has
@@ -257,7 +274,9 @@ def _walk(
     or stops early at the first record starting ``max_bytes`` or more past ``pos`` (a step:
     with up to 65535 headers a record, bytes bound this walk's time where a record count does
     not); returns (the first record not walked, its position). Whether the records fill the
-    batch is the caller's check (:func:`_trailing`)."""
+    batch is the caller's check (:func:`_trailing`). ``keyless`` (a compacted topic's batch):
+    the index of the first record with a null key is appended to it; the walk goes on, as a
+    broker's does, so a malformed record or a bad timestamp further on still answers first."""
     start = pos
     for i in range(first, count):
         if pos - start >= max_bytes:
@@ -309,6 +328,9 @@ def _walk(
             p += n
         elif n < -1:
             raise InvalidBatch(f"record {i} has a key of length {n}", CORRUPT_MESSAGE)
+        elif n < 0 and keyless is not None:
+            keyless.append(i)
+            keyless = None  # the first is the one named
         b = buf[p]  # the value's
         if b < 0x80:
             n = (b >> 1) ^ -(b & 1)
@@ -344,47 +366,59 @@ def _trailing(pos: int, end: int, count: int) -> None:
 
 
 def _check_span(
-    buf: bytes, pos: int, end: int, first: int, upto: int, ts_lo: int, ts_hi: int, max_bytes: int
+    buf: bytes,
+    pos: int,
+    end: int,
+    first: int,
+    upto: int,
+    ts_lo: int,
+    ts_hi: int,
+    max_bytes: int,
+    keyless: list[int] | None = None,
 ) -> tuple[int, int]:
     """Records ``first``..``upto``-1 (or fewer, see :func:`_walk`'s ``max_bytes``):
     :func:`_fast_walk` for the common case, :func:`_walk` (which names what is wrong) from the
     first record it leaves, so no record is walked twice. (first record not checked, its
-    position)."""
+    position). ``keyless``: see :func:`_walk`."""
     if ts_lo <= -_TS_FAST and ts_hi >= _TS_FAST:  # any two-byte delta gives a good timestamp
-        first, pos = _fast_walk(buf, pos, upto, first)
+        first, pos = _fast_walk(buf, pos, upto, first, keyless is not None)
         if first == upto:
             return first, pos
-    return _walk(buf, pos, end, upto, ts_lo, ts_hi, first, max_bytes)
-
-
-def _check_records(buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int) -> None:
-    """Every record checked in one go."""
-    _, pos = _check_span(buf, pos, end, 0, count, ts_lo, ts_hi, _FAR)
-    _trailing(pos, end, count)
+    return _walk(buf, pos, end, upto, ts_lo, ts_hi, first, max_bytes, keyless)
 
 
 def _check_steps(
-    buf: bytes, pos: int, end: int, count: int, ts_lo: int, ts_hi: int, step: int
+    buf: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    ts_lo: int,
+    ts_hi: int,
+    step: int,
+    keyless: list[int] | None = None,
 ) -> Steps[None]:
     """Every record checked in steps of at most ``step`` records (and, past the fast walk,
     :data:`STEP_BYTES`), yielding between two: a batch of ``step`` records or fewer (within
-    those bytes) is checked in one step, without yielding."""
+    those bytes) is checked in one step, without yielding. ``keyless``: see :func:`_walk`
+    (looked for until one is found)."""
     i = 0
     while True:
-        i, pos = _check_span(buf, pos, end, i, min(count, i + step), ts_lo, ts_hi, STEP_BYTES)
+        look = keyless if keyless is not None and not keyless else None
+        upto = min(count, i + step)
+        i, pos = _check_span(buf, pos, end, i, upto, ts_lo, ts_hi, STEP_BYTES, look)
         if i >= count:
             break
         yield
     _trailing(pos, end, count)
 
 
-def read_produced(data: bytes | memoryview, max_bytes: int) -> ProducedBatch:
+def read_produced(data: bytes | memoryview, max_bytes: int, keyed: bool = False) -> ProducedBatch:
     """:func:`produced_steps` in one go (tests, tools: nothing else to serve meanwhile)."""
-    return finish(produced_steps(data, max_bytes))
+    return finish(produced_steps(data, max_bytes, keyed=keyed))
 
 
 def produced_steps(
-    data: bytes | memoryview, max_bytes: int, step_records: int = STEP_RECORDS
+    data: bytes | memoryview, max_bytes: int, step_records: int = STEP_RECORDS, keyed: bool = False
 ) -> Steps[ProducedBatch]:
     """The one v2 batch of a Produce (v3+) partition, kept as sent (``native.KAFKA_V2``), read
     in steps (``gateway.protocols.steps``): a batch of ``step_records`` records or fewer is read
@@ -394,7 +428,9 @@ def produced_steps(
     of checking in one go).
     Raises InvalidBatch: not exactly one batch, not magic 2, a CRC mismatch, a control or
     transactional batch, records that do not fill it as its header says, above ``max_bytes``
-    (the listener's message_max_bytes, as a broker's message.max.bytes: per batch)."""
+    (the listener's message_max_bytes, as a broker's message.max.bytes: per batch); with
+    ``keyed`` (the batch of a compacted topic), KeylessRecord for a record with a null key,
+    once every record was checked (any other fault of the batch answers first, as Kafka's)."""
     buf = bytes(data)
     if len(buf) > max_bytes:
         raise InvalidBatch(
@@ -436,13 +472,18 @@ def produced_steps(
                 yield  # the decompression was a step of its own
         else:
             records, pos = buf, start
-        yield from _check_steps(records, pos, len(records), count, ts_lo, ts_hi, step_records)
+        keyless: list[int] | None = [] if keyed else None
+        yield from _check_steps(
+            records, pos, len(records), count, ts_lo, ts_hi, step_records, keyless
+        )
     except IndexError as exc:
         raise InvalidBatch(f"truncated records: {exc}", CORRUPT_MESSAGE) from None
     except TooLarge as exc:
         raise InvalidBatch(str(exc), MESSAGE_TOO_LARGE) from None
     except Corrupt as exc:
         raise InvalidBatch(f"the batch does not decompress: {exc}", CORRUPT_MESSAGE) from None
+    if keyless:
+        raise KeylessRecord(keyless[0])
     batch = RecordBatch(
         encoded=buf,
         codec=KAFKA_V2,

@@ -8,7 +8,12 @@ not exist (or past its partition count) is UNKNOWN_TOPIC_OR_PARTITION and nothin
 for it (one topic lookup per topic of the request); a member's commit (generation >= 0) is
 fenced by the group's generation; a commit without one (a simple consumer, ``assign()``) is
 UNKNOWN_MEMBER_ID for every partition while the Kafka group has members, and stored as it comes
-into an empty or unknown group."""
+into an empty or unknown group. A commit with a member id or a static instance id is a member's
+whatever its generation (as Kafka checks it): generation -1 from a known member is
+ILLEGAL_GENERATION, an unknown member UNKNOWN_MEMBER_ID. A member's commit (generation >= 0)
+into a group that does not exist (no members, no snapshot, no committed offsets) is
+ILLEGAL_GENERATION. The group is checked once per request. Groups of another protocol's
+members (server-assigned) are the core's business, as before."""
 
 from __future__ import annotations
 
@@ -50,13 +55,34 @@ async def _partitions(ctx: KafkaContext, topic: str, group: str) -> int | _Refus
         return _Refusal(exc, group=group, topic=topic)
 
 
-def _simple_commit_refused(ctx: KafkaContext, group: str) -> _Refusal | None:
-    """UNKNOWN_MEMBER while the Kafka group has members (see the module docstring)."""
+async def _commit_refused(
+    ctx: KafkaContext, group: str, generation: int, member_id: str, instance_id: str | None
+) -> _Refusal | None:
+    """Why the group refuses every partition of this commit (checked once per request), or
+    None when the commit goes on to the store (see the module docstring)."""
+    classic = ctx.core.classic
     try:
-        ctx.core.classic.check_simple_commit(group)
+        if generation < 0 and not member_id and instance_id is None:
+            classic.check_simple_commit(group)
+            return None
+        if classic.get(group) is not None:
+            classic.check_generation(group, member_id, generation, instance_id)
+            return None
+        if ctx.core.groups.has_members(group):
+            return None  # another protocol's members: the core fences it as ever
+        if generation >= 0 and not await classic.exists(group):
+            raise GatewayError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"group {group!r} does not exist, so has no generation {generation}",
+            )
+        if generation >= 0 and member_id:
+            return None  # the core answers (a group of a shared store may have the member)
+        raise GatewayError(
+            ErrorCode.UNKNOWN_MEMBER,
+            f"group {group!r} has no member {member_id!r} (instance {instance_id!r})",
+        )
     except GatewayError as exc:
         return _Refusal(exc, group=group)
-    return None
 
 
 async def offset_commit(ctx: KafkaContext, header: RequestHeader, request: Any) -> Any:
@@ -66,7 +92,8 @@ async def offset_commit(ctx: KafkaContext, header: RequestHeader, request: Any) 
     group = request.group_id
     generation = request.generation_id_or_member_epoch
     member_id = request.member_id if generation >= 0 else ""
-    refused = _simple_commit_refused(ctx, group) if generation < 0 else None
+    instance_id = getattr(request, "group_instance_id", None)
+    refused = await _commit_refused(ctx, group, generation, request.member_id, instance_id)
     counts: dict[str, int | _Refusal] = {}
     topics = []
     for t in request.topics:

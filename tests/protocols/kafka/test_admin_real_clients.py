@@ -4,11 +4,13 @@ consumer groups, with the errors a broker gives."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from tests.protocols.kafka.conftest import confluent
+from tests.protocols.kafka.conftest import CLIENTS, confluent, venv_python
 from tests.protocols.kafka.group_clients import Member, admin, wait_for
 from tests.support import GatewayProcess
 
@@ -116,3 +118,52 @@ def test_list_describe_and_delete_groups(gateway: GatewayProcess) -> None:
     assert deleted == {"admin-g": {"ok": None}}
     assert all(name != "admin-g" for name, _ in listed_after)
     assert again["admin-g"]["error"] == "GROUP_ID_NOT_FOUND"
+
+
+def test_a_compacted_topic_refuses_a_record_without_a_key(gateway: GatewayProcess) -> None:
+    """As a broker's compacted topic: confluent-kafka's record without a key fails delivery
+    with INVALID_RECORD (its batch with it), keyed records (an empty key too) are stored; a
+    topic of the delete policy takes records without a key."""
+    bootstrap = "%s:%d" % gateway.address("kafka08")  # noqa: UP031
+    created, keyless, keyed, plain = admin(
+        bootstrap,
+        ("create_topics", [["ck-1", 1, {"cleanup.policy": "compact"}], ["ck-2", 1, {}]]),
+        ("produce_keys", ["ck-1", [None]]),
+        ("produce_keys", ["ck-1", ["a", "", "a"]]),
+        ("produce_keys", ["ck-2", [None, "a"]]),
+    )
+    assert created == {"ck-1": {"ok": None}, "ck-2": {"ok": None}}
+    assert [fate["error"] for fate in keyless] == ["INVALID_RECORD"]
+    assert keyed == [{"ok": 0}, {"ok": 1}, {"ok": 2}]  # nothing of the refused batch stored
+    assert plain == [{"ok": 0}, {"ok": 1}]
+
+
+def test_kafka_python_learns_which_record_had_no_key(gateway: GatewayProcess) -> None:
+    """kafka-python 3 reads the record errors (Produce v8+): the record without a key gets the
+    broker's message, the rest of its batch a failure of their own; nothing of it is stored."""
+    bootstrap = "%s:%d" % gateway.address("kafka08")  # noqa: UP031
+    (created,) = admin(bootstrap, ("create_topics", [["ck-3", 1, {"cleanup.policy": "compact"}]]))
+    assert created == {"ck-3": {"ok": None}}
+    args = {"bootstrap": bootstrap, "topic": "ck-3", "keys": ["a", None, "b"]}
+    proc = subprocess.run(
+        [venv_python("kafka-python-3"), str(CLIENTS / "kafka_python_produce.py"), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    first, keyless, last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert keyless["error"] == "InvalidRecordError"
+    assert (
+        "Compacted topic cannot accept message without key in topic partition ck-3-0."
+        in keyless["text"]
+    )
+    assert "error" in first and "error" in last  # their batch was refused with it
+    args["keys"] = ["a"]
+    proc = subprocess.run(
+        [venv_python("kafka-python-3"), str(CLIENTS / "kafka_python_produce.py"), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [{"ok": 0}]

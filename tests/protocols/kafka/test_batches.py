@@ -28,6 +28,7 @@ from gateway.protocols.kafka.batches import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNSUPPORTED_FOR_MESSAGE_FORMAT,
     InvalidBatch,
+    KeylessRecord,
     _fast_walk,
     _walk,
     fetch_records,
@@ -412,3 +413,45 @@ def test_the_careful_walk_steps_by_bytes_too() -> None:
     yields, got = steps_taken(data, 10_000)
     assert 3 <= yields <= 6
     assert finish(produced_steps(data, 1 << 24, 10_000)).batch.count == 400
+
+
+def keyless_at(data: bytes, step: int = 10_000) -> int:
+    """The index KeylessRecord names for ``data`` as a compacted topic's batch."""
+    with pytest.raises(KeylessRecord) as info:
+        finish(produced_steps(data, 1 << 24, step, keyed=True))
+    assert info.value.code == INVALID_RECORD
+    return info.value.index
+
+
+@pytest.mark.parametrize("codec", [0, 1, 4])
+def test_a_compacted_topics_batch_needs_a_key_on_every_record(codec: int) -> None:
+    nokey = {"key": b"", "klen": -1}
+    bodies = [record(0), record(1, **nokey), record(2, key=b""), record(3, **nokey)]
+    data = raw_batch(bodies, codec)
+    assert read_produced(data, 1 << 24).batch.count == 4  # any other topic takes it
+    assert keyless_at(data) == 1  # the first record without a key is named
+    # an empty key is a key; long keys, many headers (the careful walk) are checked too
+    many = tuple((b"h%d" % i, b"x") for i in range(70))
+    keyed = [record(0, key=b""), record(1, key=b"k" * 300), record(2, headers=many)]
+    assert read_produced(raw_batch(keyed, codec), 1 << 24, keyed=True).batch.count == 3
+    assert keyless_at(raw_batch([*keyed, record(3, headers=many, **nokey)], codec)) == 3
+    # the batch's other faults answer first, as a broker's do (it checks every record)
+    late_ts = [record(0, **nokey), record(1, ts_delta=1 << 62)]
+    with pytest.raises(InvalidBatch) as info:
+        read_produced(raw_batch(late_ts, codec), 1 << 24, keyed=True)
+    assert info.value.code == INVALID_TIMESTAMP
+    malformed = [record(0, **nokey), record(1, nh=1000)]
+    with pytest.raises(InvalidBatch) as info:
+        read_produced(raw_batch(malformed, codec), 1 << 24, keyed=True)
+    assert info.value.code == CORRUPT_MESSAGE
+
+
+def test_keyless_records_are_found_across_steps() -> None:
+    nokey = {"key": b"", "klen": -1}
+    for where in ([7], [1, 7], [9]):
+        bodies = [record(i, **nokey) if i in where else record(i) for i in range(10)]
+        assert keyless_at(raw_batch(bodies), step=3) == where[0]
+    # the fast walk leaves a null key to the careful walk only when asked to
+    records = b"".join(varint(len(b)) + b for b in bodies)
+    assert _fast_walk(records, 0, 10) == (10, len(records))
+    assert _fast_walk(records, 0, 10, 0, True)[0] == 9

@@ -31,7 +31,9 @@ def commit_topics(version: int, topic: str, *pairs: tuple[int, int], metadata: s
     return (sub(8, version, "OffsetCommitRequestTopic", name=topic, partitions=parts),)
 
 
-async def commit(ctx, version: int, group: str, topics, generation: int = -1, member: str = ""):
+async def commit(
+    ctx, version: int, group: str, topics, generation: int = -1, member: str = "", instance=None
+):
     return await call(
         ctx,
         8,
@@ -39,7 +41,7 @@ async def commit(ctx, version: int, group: str, topics, generation: int = -1, me
         group_id=group,
         generation_id_or_member_epoch=generation,
         member_id=member,
-        group_instance_id=None,
+        group_instance_id=instance,
         topics=topics,
     )
 
@@ -157,3 +159,53 @@ async def test_commit_for_a_missing_topic_or_partition_stores_nothing() -> None:
     assert sorted(lookups) == ["nope", "t"]  # one lookup per topic, not per partition
     stored = [(t, p, o.offset) for t, p, o in await ctx.core.groups.committed("g")]
     assert stored == [("t", 0, 3), ("t", 1, 4)]
+
+
+async def test_a_member_id_makes_a_members_commit_whatever_its_generation() -> None:
+    ctx = make_context()
+    await ctx.core.execute(CreateTopic("t", 1))
+    me = (await join(ctx, 3)).member_id
+    plan = (sub(14, 3, "SyncGroupRequestAssignment", member_id=me, assignment=b""),)
+    await call(ctx, 14, 3, group_id="g", generation_id=1, member_id=me, assignments=plan)
+    topics = commit_topics(7, "t", (0, 5)) + commit_topics(7, "nope", (0, 5))
+    # a known member without its generation: ILLEGAL_GENERATION (a missing topic first)
+    known = await commit(ctx, 7, "g", topics, -1, me)
+    assert codes(known) == [("t", 0, K.illegal_generation), ("nope", 0, UNKNOWN_TP)]
+    stranger = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 5)), -1, "x")
+    assert codes(stranger) == [("t", 0, K.unknown_member_id)]
+    # a generation without a member id is not a member's
+    nobody = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 5)), 1, "")
+    assert codes(nobody) == [("t", 0, K.unknown_member_id)]
+    # a static instance id alone makes it a member's commit too
+    static = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 5)), -1, "", "i1")
+    assert codes(static) == [("t", 0, K.unknown_member_id)]
+    # into an empty or unknown group a member id is unknown: nothing stored there either
+    for group in ("g", "fresh"):
+        if group == "g":
+            assert (await call(ctx, 13, 1, group_id="g", member_id=me)).error_code == K.none
+        answer = await commit(ctx, 7, group, commit_topics(7, "t", (0, 5)), -1, "x")
+        assert codes(answer) == [("t", 0, K.unknown_member_id)]
+        assert (await ctx.core.execute(FetchOffset(group, "t", 0))).offset == -1
+    # a simple commit (no member id, no instance) into the empty group still goes in
+    simple = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 5)))
+    assert codes(simple) == [("t", 0, K.none)]
+
+
+async def test_a_members_commit_into_a_group_that_does_not_exist_is_illegal_generation() -> None:
+    ctx = make_context()
+    await ctx.core.execute(CreateTopic("t", 1))
+    topics = commit_topics(7, "t", (0, 5)) + commit_topics(7, "nope", (0, 5))
+    answer = await commit(ctx, 7, "never", topics, 3, "m-1")
+    assert codes(answer) == [("t", 0, K.illegal_generation), ("nope", 0, UNKNOWN_TP)]
+    assert (await ctx.core.execute(FetchOffset("never", "t", 0))).offset == -1
+    # a group that exists without members: one of simple consumers (committed offsets) ...
+    await commit(ctx, 7, "simple", commit_topics(7, "t", (0, 1)))
+    answer = await commit(ctx, 7, "simple", commit_topics(7, "t", (0, 5)), 3, "m-1")
+    assert codes(answer) == [("t", 0, K.unknown_member_id)]
+    # ... and one whose members all left (its snapshot remains, no offsets committed)
+    me = (await join(ctx, 3)).member_id
+    assert (await call(ctx, 13, 1, group_id="g", member_id=me)).error_code == K.none
+    assert ctx.core.classic.get("g") is None and await ctx.core.groups.stored("g") is not None
+    answer = await commit(ctx, 7, "g", commit_topics(7, "t", (0, 5)), 1, me)
+    assert codes(answer) == [("t", 0, K.unknown_member_id)]
+    assert (await ctx.core.execute(FetchOffset("g", "t", 0))).offset == -1

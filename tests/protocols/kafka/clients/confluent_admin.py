@@ -4,9 +4,11 @@ each op's outcome (its result, or the error's name and text) is one element of t
 JSON list. Ops: create_topics [[name, partitions, config]], create_partitions [[name, total]],
 delete_topics [names], describe_configs [[kind, name, [keys]]], list_groups, describe_groups
 [names], delete_groups [names], topics [names] (their partition counts), produce [topic,
-per_partition, partitions], commit [group, [[topic, partition, offset], ...]] (a consumer that
-assigns itself partitions commits, as after ``assign()``: its outcome per "topic/partition", or
-the request's error), committed [group, [[topic, partition], ...]] (the offsets read back)."""
+per_partition, partitions], produce_keys [topic, [key or null, ...]] (one record each to
+partition 0: {"ok": offset} or the delivery error), commit [group, [[topic, partition,
+offset], ...]] (a consumer that assigns itself partitions commits, as after ``assign()``: its
+outcome per "topic/partition", or the request's error), committed [group, [[topic,
+partition], ...]] (the offsets read back)."""
 
 import json
 import sys
@@ -79,6 +81,26 @@ def run(op, a):
             for i in range(per_partition):
                 producer.produce(topic, value=b"v-%d-%d" % (p, i), partition=p)
         return producer.flush(30)
+    if op == "produce_keys":  # one record per key (null: None) to partition 0, each one's fate
+        topic, keys = a
+        producer = Producer({"bootstrap.servers": args["bootstrap"], "linger.ms": 50})
+        fates = {}
+
+        def delivered(err, msg, i):
+            fates[i] = (
+                {"ok": msg.offset()} if err is None else {"error": err.name(), "text": err.str()}
+            )
+
+        for i, key in enumerate(keys):
+            producer.produce(
+                topic,
+                value=b"v",
+                key=None if key is None else key.encode(),
+                partition=0,
+                on_delivery=lambda err, msg, i=i: delivered(err, msg, i),
+            )
+        producer.flush(30)
+        return [fates.get(i) for i in range(len(keys))]
     if op in ("commit", "committed"):
         group, wanted = a
         consumer = Consumer(
