@@ -161,7 +161,7 @@ async def test_three_node_cluster_loses_a_node_during_a_produce_loop(server_fact
         config = NatsConfig(
             urls=tuple(n.url for n in nodes),
             replicas=3,
-            request_timeout_ms=3000,
+            request_timeout_ms=1500,
             **names(f"cl{uuid.uuid4().hex[:4]}"),
         )
         async with opened(nats(config)) as backend:
