@@ -72,7 +72,7 @@ async def fuzz_connection(addr, rng: random.Random, seeds: list[bytes], budget: 
             while budget[0] > 0:
                 budget[0] -= 1
                 await stream.send_all(mutate(rng, rng.choice(seeds)))
-                with trio.move_on_after(0.05):
+                with trio.move_on_after(0.02):
                     if await stream.receive_some(65536) == b"":
                         break  # the server closed it, as a real server does on bad input
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
