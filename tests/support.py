@@ -23,6 +23,8 @@ from typing import Any
 import trio
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# first on a gateway subprocess's path: no test-only packages (tests/without_test_deps/hypothesis)
+WITHOUT_TEST_DEPS = Path(__file__).resolve().parent / "without_test_deps"
 
 
 def toml_value(value: Any) -> str:
@@ -126,6 +128,8 @@ class GatewayProcess:
     def start(self) -> GatewayProcess:
         self.write_config()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        path = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(WITHOUT_TEST_DEPS), path) if p)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [
