@@ -317,6 +317,29 @@ def test_a_group_held_by_kafka_consumers_is_refused_clearly(tmp_path: Path) -> N
             assert "Traceback" not in a.log_text()
 
 
+async def _cursus_join(replica: GatewayProcess) -> str:
+    async with await CursusClient.connect(*replica.address("cursus")) as client:
+        reply = await client.text("CREATE topic=s partitions=2")
+        assert "now has 2 partitions" in reply, reply
+        return await client.text("JOIN_GROUP topic=s group=g member=m")
+
+
+def test_a_session_timeout_the_cluster_refuses_names_the_key(tmp_path: Path) -> None:
+    """The cluster (a gateway's Kafka listener: Kafka's 6 s minimum) refuses the backend's
+    group_session_timeout_ms: the join fails and the gateway's one log line names the key."""
+    with kafka_cluster(tmp_path, "gateway") as (backends, cluster):
+        backends["default"]["group_session_timeout_ms"] = 3000
+        with GatewayProcess(
+            tmp_path / "a", listeners={"cursus": {}}, backends=backends, name="a"
+        ) as a:
+            reply = trio.run(_cursus_join, a)
+            assert reply.startswith("ERROR"), reply
+            log = a.log_text()
+            assert log.count("kafka_group_round_failed") == 1, log[-3000:]
+            assert "group_session_timeout_ms = 3000 (INVALID_SESSION_TIMEOUT)" in log
+            assert "Traceback" not in log
+
+
 def test_iggy_members_over_two_replicas_share_the_partitions(tmp_path: Path) -> None:
     """Iggy members (connections) joined through two replicas on one cluster: each partition is
     polled by exactly one of them and every record is read once."""

@@ -420,6 +420,14 @@ class KafkaGroups:
         if err in (KErr.unknown_member_id, KErr.illegal_generation, *_COORDINATOR_MOVED):
             self._lost(state, err)
             return
+        if err is KErr.invalid_session_timeout:  # the operator's setting, not the client's
+            raise GatewayError(
+                ErrorCode.INTERNAL,
+                f"the Kafka cluster refused group_session_timeout_ms = "
+                f"{self._config.group_session_timeout_ms} (INVALID_SESSION_TIMEOUT): set it "
+                "within the cluster's group.min.session.timeout.ms and "
+                "group.max.session.timeout.ms (6000 and 1800000 on a default Kafka)",
+            )
         if err is not KErr.none:
             raise kafka_error(err, f"join group {state.name}")
         state.member_id = joined.member_id
