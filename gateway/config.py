@@ -173,6 +173,12 @@ class AdminConfig:
     read_timeout_s: float = 30.0  # a request's line and headers must arrive within this
     idle_timeout_s: float = 60.0  # a kept-alive connection with no new request is closed
 
+    def served(self) -> AdminConfig:
+        """This config without the keys only its clients read (a reload compares these)."""
+        return dataclasses.replace(
+            self, tls_server_name="", cli_tls_ca="", cli_tls_cert="", cli_tls_key=""
+        )
+
     def validate(self) -> list[str]:
         problems = []
         if bool(self.tls_cert) != bool(self.tls_key):

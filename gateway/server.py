@@ -345,7 +345,7 @@ class Server:
             n: (b.type, b.options) for n, b in self.config.backends.items()
         }:
             problems.append("backends changed: restart the gateway to apply")
-        if new.admin != self.config.admin:  # its credential and ACLs are fixed at start
+        if new.admin.served() != self.config.admin.served():  # credential, ACLs: fixed at start
             problems.append("admin changed: restart the gateway to apply")
         for name, state in self.listeners.items():
             new_cfg = new.listeners.get(name)

@@ -403,3 +403,26 @@ def test_settings_errors_name_the_key_or_variable(tmp_path) -> None:
     assert from_env({"GATEWAY_ADMIN_TLS_CA": f"{pair['cert']}{os.pathsep}{pair['cert']}"}) == (
         ClientTLS(ca_files=(pair["cert"], pair["cert"]))
     )
+
+
+def test_a_reload_that_changes_only_the_clients_keys_is_applied(tmp_path) -> None:
+    """tls_server_name and cli_tls_* are read by the CLI and the pipeline, never by the gateway:
+    a SIGHUP reload that changes only them is applied (any other [admin] change is refused)."""
+    from gateway.config import load_config
+    from gateway.server import Server
+
+    pair = self_signed(tmp_path, "admin", [NAME])
+    admin = {"port": 0, "tls_cert": pair["cert"], "tls_key": pair["key"]}
+    path = tmp_path / "gw.toml"
+    backends = {"m": {"type": "memory"}}
+    path.write_text(write_toml({"admin": admin, "backends": backends}))
+    server = Server(load_config(path, environ={}))
+    clients = {"tls_server_name": "lb.example.test", "cli_tls_ca": pair["cert"]}
+    path.write_text(write_toml({"admin": {**admin, **clients}, "backends": backends}))
+    assert server.reload() is True
+    assert server.config.admin.tls_server_name == "lb.example.test"
+    path.write_text(
+        write_toml({"admin": {**admin, **clients, "host": "0.0.0.0"}, "backends": backends})
+    )
+    assert server.reload() is False
+    assert server.config.admin.host == "127.0.0.1"
