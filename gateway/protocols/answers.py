@@ -34,9 +34,9 @@ from answers that have data.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -230,6 +230,31 @@ class AnswerBudget:
         """Count (and, rate-limited, log) a hit once per answer."""
         if self.hit and self.key:
             limit_hit(self.key, protocol, log, limit_bytes=self.limit, **fields)
+
+
+R = TypeVar("R")
+
+
+async def read_then_wait(
+    wanted: int,
+    limit: int,
+    wait_ms: int,
+    read: Callable[[int, AnswerBudget], Awaitable[R]],
+    enough: Callable[[R], bool],
+) -> tuple[R, AnswerBudget]:
+    """One answer's read that may wait at the log end (a long poll), within the pool. A share
+    larger than WAIT_BYTES is not held while waiting (idle long polls would take the pool from
+    answers with data): such a read first reads at once (``read(0, budget)``) and, when that is
+    not ``enough``, gives its share back and waits (``read(wait_ms, budget)``) holding
+    WAIT_BYTES at most. The result and the budget it was read with."""
+    budget = await AnswerBudget.take(wanted, limit)
+    if wait_ms > 0 and budget.limit > WAIT_BYTES:
+        result = await read(0, budget)
+        if enough(result):
+            return result, budget
+        budget.release()
+        budget = await AnswerBudget.take_for_wait(wanted)
+    return await read(wait_ms, budget), budget
 
 
 def coalesce(pieces: Iterable[Any], size: int = COALESCE_BYTES) -> Iterator[Any]:

@@ -54,7 +54,7 @@ driver's nursery, for the server to log and count.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
@@ -62,6 +62,7 @@ from gateway.observability import BYTES_IN, BYTES_OUT, labelled, limit_hit, prot
 from gateway.protocols.answers import send_pieces
 from gateway.protocols.buffer import Buffer
 from gateway.protocols.errors import RemoteProtocolError
+from gateway.protocols.steps import Steps
 
 if TYPE_CHECKING:
     from gateway.protocols.base import ConnectionContext
@@ -318,3 +319,23 @@ async def _settle(io: Connection, session: Session) -> None:
     if settle is not None:
         await settle(io)
     await io.flush()
+
+
+T = TypeVar("T")
+
+
+async def run_steps(steps: Steps[T], stepped: Callable[[], None]) -> T:
+    """The result of a codec's stepwise work (``gateway.protocols.steps``), every other task
+    of the event loop let run between two steps; ``stepped()`` is called once, at the first
+    step boundary (work small enough for one step never calls it, nor checkpoints)."""
+    try:
+        next(steps)
+    except StopIteration as done:
+        return done.value
+    stepped()
+    while True:
+        await trio.lowlevel.checkpoint()
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value

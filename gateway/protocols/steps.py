@@ -1,7 +1,7 @@
 """Stepwise codec work, sans-IO: a codec whose work on one input can take long (a produced batch
 of a million records) is written as a generator that does a bounded step between two ``yield``s
 and returns its result. A session runs it with :func:`run_steps` (``gateway.protocols.
-kafka.produce``), letting every other task of the event loop run between two steps; tests and
+driver``), letting every other task of the event loop run between two steps; tests and
 tools run it in one go with :func:`finish`. A codec never imports trio: yielding is all it
 does."""
 

@@ -45,7 +45,7 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
-from gateway.protocols.answers import WAIT_BYTES, AnswerBudget, holding
+from gateway.protocols.answers import AnswerBudget, holding, read_then_wait
 from gateway.protocols.base import ConnectionContext
 from gateway.protocols.cursus import CursusListenerConfig, codec
 from gateway.protocols.cursus.block import CURSUS_BLOCK
@@ -478,22 +478,16 @@ class CursusSession(TopicCommands, GroupCommands, CommandsAug2026):
         self, a: CommonArgs, offset: int, wait_ms: int
     ) -> tuple[FetchResult | None, AnswerBudget]:
         """Read for one answer within its share of the answer pool (call inside ``holding``);
-        no result when the pool had nothing left. A share larger than WAIT_BYTES is not held
-        while waiting at the log end: read at once, and with nothing there wait holding
-        WAIT_BYTES at most (idle consumers would take the pool from answers with data)."""
+        no result when the pool had nothing left. A wait at the log end holds WAIT_BYTES at
+        most (:func:`read_then_wait`)."""
         cap = self.cfg.max_answer_bytes
-        budget = await AnswerBudget.take(cap, cap)
-        if not budget.limit:
-            return None, budget
-        if wait_ms > 0 and budget.limit > WAIT_BYTES:
-            result = await self._read(a, offset, 0, budget)
-            if result.count:
-                return result, budget
-            budget.release()
-            budget = await AnswerBudget.take_for_wait(cap)
-            if not budget.limit:
-                return None, budget
-        return await self._read(a, offset, wait_ms, budget), budget
+
+        async def read(wait: int, budget: AnswerBudget) -> FetchResult | None:
+            return await self._read(a, offset, wait, budget) if budget.limit else None
+
+        return await read_then_wait(
+            cap, cap, wait_ms, read, lambda got: got is not None and got.count > 0
+        )
 
     async def _read(
         self, a: CommonArgs, offset: int, wait_ms: int, budget: AnswerBudget

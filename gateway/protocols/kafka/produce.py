@@ -12,15 +12,14 @@ trip to an upstream server on every produce)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
-import trio
 from kio.schema.errors import ErrorCode as K
 
 from gateway.model import Acks, GatewayError, Produce
 from gateway.observability import RECORDS_IN, labelled, limit_hit, protocol_error
+from gateway.protocols.driver import run_steps
 from gateway.protocols.kafka.admin import CLEANUP_KEY, KEEPS_RECORDS_UNLESS_TOLD
 from gateway.protocols.kafka.batches import (
     NO_PRODUCER,
@@ -31,29 +30,10 @@ from gateway.protocols.kafka.batches import (
 )
 from gateway.protocols.kafka.codec import NO_THROTTLE, build, nested, response_class
 from gateway.protocols.kafka.context import PROTOCOL, KafkaContext, RequestHeader
-from gateway.protocols.steps import Steps
+from gateway.protocols.kafka08 import STEP_LIMIT
 
 API = "produce"
 _RECORDS_IN = labelled(RECORDS_IN, PROTOCOL)
-STEP_LIMIT = "max_records_per_step"
-T = TypeVar("T")
-
-
-async def run_steps(steps: Steps[T], stepped: Callable[[], None]) -> T:
-    """The result of a codec's stepwise work (``gateway.protocols.steps``), every other task
-    of the event loop let run between two steps; ``stepped()`` is called once, at the first
-    step boundary (work small enough for one step never calls it, nor checkpoints)."""
-    try:
-        next(steps)
-    except StopIteration as done:
-        return done.value
-    stepped()
-    while True:
-        await trio.lowlevel.checkpoint()
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
 
 
 async def _compacted(ctx: KafkaContext, topic: str) -> bool:

@@ -16,6 +16,10 @@ API_VERSIONS_MODES = ("full", "0.8", "off")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
+STEP_LIMIT = "max_records_per_step"
+"""The key (and limit label) of the record count a produced batch is checked in per step."""
+
+
 @dataclass(frozen=True, slots=True)
 class Kafka08ListenerConfig(ListenerConfig):
     port: int = 9092
@@ -86,7 +90,7 @@ class Kafka08ListenerConfig(ListenerConfig):
         if self.message_max_bytes < 14:
             problems.append(f"message_max_bytes: got {self.message_max_bytes}, expected >= 14")
         if self.max_records_per_step < 1:
-            problems.append(f"max_records_per_step: got {self.max_records_per_step}, expected >= 1")
+            problems.append(f"{STEP_LIMIT}: got {self.max_records_per_step}, expected >= 1")
         if self.max_answer_bytes < self.message_max_bytes + 12:
             # a stored message must fit one Fetch answer, or no client could ever read past it
             problems.append(

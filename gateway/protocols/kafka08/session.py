@@ -50,13 +50,17 @@ from gateway.observability import (
     limit_hit,
     protocol_error,
 )
-from gateway.protocols.answers import COALESCE_BYTES, WAIT_BYTES, AnswerBudget, holding
-from gateway.protocols.driver import Connection, drive
+from gateway.protocols.answers import (
+    COALESCE_BYTES,
+    AnswerBudget,
+    holding,
+    read_then_wait,
+)
+from gateway.protocols.driver import Connection, drive, run_steps
 from gateway.protocols.kafka import context as modern_context
 from gateway.protocols.kafka import dispatch as modern
 from gateway.protocols.kafka.frames import Frames, ModernRequest
-from gateway.protocols.kafka.produce import STEP_LIMIT, run_steps
-from gateway.protocols.kafka08 import Kafka08ListenerConfig
+from gateway.protocols.kafka08 import STEP_LIMIT, Kafka08ListenerConfig
 from gateway.protocols.kafka08 import codec as c
 from gateway.protocols.kafka08.codec import ApiKey, Request
 from gateway.protocols.kafka08.compression import CODECS
@@ -475,21 +479,20 @@ class Session:
         return c.FETCH_RESPONSE(answer)
 
     async def _fetch_one(self, topic: str, p: Any, max_wait_ms: int, min_bytes: int) -> Any:
-        """One partition. A share of the answer pool larger than WAIT_BYTES is not held while
-        waiting at the log end (idle long polls would take the pool from answers with data):
-        read at once, and with less than ``min_bytes`` there, wait holding WAIT_BYTES at most."""
-        budget = await AnswerBudget.take(p.max_bytes, self.max_answer_bytes)
-        if max_wait_ms > 0 and budget.limit > WAIT_BYTES:
-            result, size = await self._fetch_partition(topic, p, 0, 1, budget)
-            if size >= max(1, min_bytes) or size < 0:
-                budget.trim()
-                budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
-                return result
-            budget.release()
-            budget = await AnswerBudget.take_for_wait(p.max_bytes)
-            result, _ = await self._fetch_partition(topic, p, max_wait_ms, min_bytes, budget)
-        else:
-            result, _ = await self._fetch_partition(topic, p, max_wait_ms, min_bytes, budget)
+        """One partition, a long poll within the answer pool (:func:`read_then_wait`)."""
+
+        def read(wait: int, budget: AnswerBudget) -> Awaitable[tuple[Any, int]]:
+            return self._fetch_partition(
+                topic, p, wait, min_bytes if wait == max_wait_ms else 1, budget
+            )
+
+        (result, _), budget = await read_then_wait(
+            p.max_bytes,
+            self.max_answer_bytes,
+            max_wait_ms,
+            read,
+            lambda got: got[1] >= max(1, min_bytes) or got[1] < 0,
+        )
         budget.trim()
         budget.report(PROTOCOL, self.log, peer=self.ctx.peer)
         return result
